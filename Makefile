@@ -1,0 +1,50 @@
+# nodetrust — see README.md. `make demo` runs a control plane and joins a node;
+# `make test` runs every test.
+GO ?= go
+PROTOC ?= protoc
+BIN := bin
+PROTO_DIR := api/proto
+PROTOS := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.7.0
+
+.PHONY: all build demo test deps proto proto-check lint fmt-check vet staticcheck unit integration
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+demo: deps build
+	./scripts/demo.sh
+
+deps:
+	./scripts/deps.sh
+
+proto:
+	$(PROTOC) -I $(PROTO_DIR) \
+		--plugin=protoc-gen-go=$$($(GO) tool -n protoc-gen-go) \
+		--plugin=protoc-gen-go-grpc=$$($(GO) tool -n protoc-gen-go-grpc) \
+		--go_out=. --go_opt=module=github.com/nodetrust/nodetrust \
+		--go-grpc_out=. --go-grpc_opt=module=github.com/nodetrust/nodetrust \
+		$(PROTOS)
+
+# proto-check fails when the committed generated code differs from what
+# `make proto` produces.
+proto-check: proto
+	@git diff --exit-code -- api/ || (echo "generated code is stale: run 'make proto' and commit the result" >&2; exit 1)
+	@test -z "$$(git status --porcelain -- api/)" || (echo "generated files are not committed: run 'make proto' and commit the result" >&2; git status --porcelain -- api/ >&2; exit 1)
+
+lint: fmt-check vet staticcheck
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:" $$out >&2; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+staticcheck:
+	$(GO) run $(STATICCHECK) ./...
+
+test: deps proto-check lint
+	$(GO) test -count=1 ./...

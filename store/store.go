@@ -1,0 +1,159 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Callers branch on them with errors.Is.
+var (
+	// ErrNotFound means the named record does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict means the write lost a race or would overwrite a record
+	// that must stay unique (a node id taken, a token already used).
+	ErrConflict = errors.New("conflict")
+)
+
+// Node states (seed 003's lifecycle; only active is used by joins today).
+const (
+	StatePlanned      = "planned"
+	StateProvisioning = "provisioning"
+	StateActive       = "active"
+	StateQuarantined  = "quarantined"
+	StateRetired      = "retired"
+	StateRevoked      = "revoked"
+)
+
+// Token is a join token as stored: only the SHA-256 of the secret is kept.
+type Token struct {
+	// ID is a short public name derived from Hash, safe to log and list.
+	ID string
+	// Hash is the SHA-256 of the token's secret.
+	Hash            []byte
+	Role            string
+	Site            string
+	NodeID          string // when set, the token joins only this node
+	AllowReclaim    bool
+	RequireApproval bool
+	CreatedBy       string
+	CreatedAt       time.Time
+	ExpiresAt       time.Time
+	UsedAt          time.Time // zero while unused
+	UsedBy          string    // node id that used it
+}
+
+// Claims are the hardware facts a machine reported at its last join.
+// They are claims, not proof.
+type Claims struct {
+	ProductUUID string
+	Serials     []string
+	MACs        []string
+	GPUUUIDs    []string
+	Hostname    string
+	BootID      string
+}
+
+// Node is a machine known to the control plane.
+type Node struct {
+	ID       string
+	SPIFFEID string
+	Role     string
+	Site     string
+	State    string
+	// Generation is the node's identity generation: it rises on every
+	// revocation, re-join and deletion, and certificates of an older
+	// generation are dead.
+	Generation    uint64
+	Attestor      string
+	Claims        Claims
+	DaemonVersion string
+	JoinedAt      time.Time
+	LastSeen      time.Time
+	// CertSerial is the serial (lower-case hex) of the latest certificate.
+	CertSerial   string
+	CertNotAfter time.Time
+}
+
+// Cert records one issued node certificate.
+type Cert struct {
+	Serial     string // lower-case hex
+	NodeID     string
+	Generation uint64
+	Kind       string // "join" or "renew"
+	IssuedAt   time.Time
+	NotAfter   time.Time
+	// RevokedAt is zero while the certificate is not revoked.
+	RevokedAt     time.Time
+	RevokedReason string
+}
+
+// Join is everything one successful join writes, atomically.
+type Join struct {
+	// TokenHash names the token this join spends; nil for attestors
+	// without a token. The token must be unused and unexpired at Now, or
+	// CompleteJoin fails with ErrConflict and writes nothing.
+	TokenHash []byte
+	Now       time.Time
+	// Node is written as given. When Reclaim is false the node id must be
+	// new (ErrConflict otherwise); when true it replaces the stored node,
+	// whose live certificates are then revoked with reason "reclaimed".
+	Node    Node
+	Reclaim bool
+	Cert    Cert
+}
+
+// AuditEvent is one entry of the server's audit trail.
+type AuditEvent struct {
+	Time    time.Time
+	Actor   string // who did it: an admin identity, a node id, "join"
+	Action  string // e.g. "token.create", "join.refused", "join"
+	Subject string // what it was done to: a node id, a token id
+	Detail  string // free text; never a secret
+}
+
+// Store is the control plane's persistent state. Every method is safe for
+// concurrent use.
+type Store interface {
+	// CreateToken stores a new token; ErrConflict if its ID exists.
+	CreateToken(ctx context.Context, t Token) error
+	// TokenByHash returns the token with this hash, used or not.
+	TokenByHash(ctx context.Context, hash []byte) (Token, error)
+	// ListTokens returns all tokens, newest first.
+	ListTokens(ctx context.Context) ([]Token, error)
+
+	// CompleteJoin spends the token (if any), writes the node and records
+	// the certificate in one transaction.
+	CompleteJoin(ctx context.Context, j Join) error
+	// GetNode returns one node; ErrNotFound if there is none.
+	GetNode(ctx context.Context, id string) (Node, error)
+	// ListNodes returns all nodes ordered by id.
+	ListNodes(ctx context.Context) ([]Node, error)
+	// NodesByClaims returns the nodes whose stored product UUID equals
+	// productUUID (when not empty) or whose serials share one with serials.
+	NodesByClaims(ctx context.Context, productUUID string, serials []string) ([]Node, error)
+
+	// RecordRenewal stores a renewed certificate and updates the node's
+	// current serial, expiry and last-seen time, only if the node's
+	// generation still equals c.Generation (ErrConflict otherwise).
+	RecordRenewal(ctx context.Context, c Cert) error
+	// GetCert returns one issued certificate by serial.
+	GetCert(ctx context.Context, serial string) (Cert, error)
+	// CountCerts counts the certificates of a node issued at or after since.
+	CountCerts(ctx context.Context, nodeID string, since time.Time) (int, error)
+	// RevokeNode raises the node's generation, sets its state to
+	// StateRevoked and marks all its unrevoked certificates revoked with
+	// reason. It returns the new generation and the serials it revoked.
+	RevokeNode(ctx context.Context, id, reason string, now time.Time) (uint64, []string, error)
+	// DeleteNode revokes as RevokeNode does, then removes the node record;
+	// its certificate records stay, revoked.
+	DeleteNode(ctx context.Context, id, reason string, now time.Time) ([]string, error)
+
+	// AppendAudit adds an audit event.
+	AppendAudit(ctx context.Context, e AuditEvent) error
+	// ListAudit returns the most recent audit events, newest first.
+	ListAudit(ctx context.Context, limit int) ([]AuditEvent, error)
+
+	// Close releases the store's resources.
+	Close() error
+}
