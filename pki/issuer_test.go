@@ -1,0 +1,298 @@
+package pki
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"math/big"
+	"net/url"
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestIssueAndParseNodeCert(t *testing.T) {
+	a, _ := newAuthority(t, "")
+	ak := []byte{0x00, 0x0b, 0xde, 0xad, 0xbe, 0xef}
+	tests := []struct {
+		name             string
+		role, site       string
+		ak               []byte
+		wantURIs         []string
+		wantOU, wantSite []string
+	}{
+		{
+			name: "a plain node certificate carries its SPIFFE ID, role and site",
+			role: "worker", site: "ams1",
+			wantURIs: []string{"spiffe://example.test/node/n1"},
+			wantOU:   []string{"worker"}, wantSite: []string{"ams1"},
+		},
+		{
+			name: "a TPM-certified node certificate also names the AK",
+			role: "worker", ak: ak,
+			wantURIs: []string{"spiffe://example.test/node/n1", "urn:nodetrust:tpm-ak:000bdeadbeef"},
+			wantOU:   []string{"worker"},
+		},
+		{
+			name:     "a node without role or site has neither",
+			wantURIs: []string{"spiffe://example.test/node/n1"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			key := mustKey(t)
+			c := issueLeaf(t, a.Issuer, key, "n1", tt.role, tt.site, tt.ak)
+
+			var uris []string
+			for _, u := range c.URIs {
+				uris = append(uris, u.String())
+			}
+			if !slices.Equal(uris, tt.wantURIs) {
+				t.Errorf("URIs = %q, want %q", uris, tt.wantURIs)
+			}
+			if c.Subject.CommonName != "n1" || !slices.Equal(c.Subject.Organization, []string{testTD}) ||
+				!slices.Equal(c.Subject.OrganizationalUnit, tt.wantOU) || !slices.Equal(c.Subject.Locality, tt.wantSite) {
+				t.Errorf("subject = %v", c.Subject)
+			}
+			if len(c.DNSNames) != 0 || len(c.IPAddresses) != 0 || len(c.EmailAddresses) != 0 {
+				t.Errorf("unexpected SANs: %v %v %v", c.DNSNames, c.IPAddresses, c.EmailAddresses)
+			}
+			if c.KeyUsage != x509.KeyUsageDigitalSignature {
+				t.Errorf("KeyUsage = %v", c.KeyUsage)
+			}
+			if !slices.Equal(c.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}) {
+				t.Errorf("ExtKeyUsage = %v", c.ExtKeyUsage)
+			}
+			if c.IsCA || c.SerialNumber.Sign() <= 0 || c.SerialNumber.BitLen() > 128 {
+				t.Errorf("IsCA %v, serial %v", c.IsCA, c.SerialNumber)
+			}
+			if !key.PublicKey.Equal(c.PublicKey) {
+				t.Error("leaf certifies another key")
+			}
+			if err := c.CheckSignatureFrom(a.NodeCA); err != nil {
+				t.Errorf("leaf not signed by node CA: %v", err)
+			}
+
+			info, err := ParseNodeCert(c)
+			if err != nil {
+				t.Fatalf("ParseNodeCert: %v", err)
+			}
+			want := NodeCertInfo{NodeID: "n1", TrustDomain: testTD, SPIFFEID: "spiffe://example.test/node/n1",
+				Role: tt.role, Site: tt.site, TPMAKName: tt.ak}
+			if info.NodeID != want.NodeID || info.TrustDomain != want.TrustDomain || info.SPIFFEID != want.SPIFFEID ||
+				info.Role != want.Role || info.Site != want.Site || !bytes.Equal(info.TPMAKName, want.TPMAKName) {
+				t.Errorf("ParseNodeCert = %+v, want %+v", info, want)
+			}
+		})
+	}
+}
+
+func TestIssueSerialsDiffer(t *testing.T) {
+	a, _ := newAuthority(t, "")
+	k := mustKey(t)
+	c1 := issueLeaf(t, a.Issuer, k, "n1", "worker", "", nil)
+	c2 := issueLeaf(t, a.Issuer, k, "n1", "worker", "", nil)
+	if c1.SerialNumber.Cmp(c2.SerialNumber) == 0 {
+		t.Error("two certificates share a serial")
+	}
+}
+
+func TestIssueClampsValidity(t *testing.T) {
+	a, _ := newAuthority(t, "")
+	c, err := a.Issuer.Issue(LeafRequest{
+		PublicKey: mustKey(t).Public(), NodeID: "n1", Role: "worker",
+		NotBefore: a.NodeCA.NotBefore.Add(-time.Hour), NotAfter: a.NodeCA.NotAfter.Add(time.Hour),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.NotBefore.Equal(a.NodeCA.NotBefore) || !c.NotAfter.Equal(a.NodeCA.NotAfter) {
+		t.Errorf("validity %v..%v, want the CA's %v..%v", c.NotBefore, c.NotAfter, a.NodeCA.NotBefore, a.NodeCA.NotAfter)
+	}
+}
+
+func TestIssueRefuses(t *testing.T) {
+	a, _ := newAuthority(t, "")
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := LeafRequest{PublicKey: mustKey(t).Public(), NodeID: "n1", Role: "worker",
+		NotBefore: testNow, NotAfter: testNow.Add(time.Hour)}
+	tests := []struct {
+		name, want string
+		edit       func(*LeafRequest)
+	}{
+		{"a P-384 node key is refused", "want ECDSA P-256", func(r *LeafRequest) { r.PublicKey = p384.Public() }},
+		{"a missing node key is refused", "want ECDSA P-256", func(r *LeafRequest) { r.PublicKey = nil }},
+		{"an invalid node id is refused", "node id", func(r *LeafRequest) { r.NodeID = "N1" }},
+		{"a role with a newline is refused", "control character", func(r *LeafRequest) { r.Role = "a\nb" }},
+		{"an overlong site is refused", "site is 129 bytes", func(r *LeafRequest) { r.Site = string(make([]byte, 129)) }},
+		{"a missing NotAfter is refused", "required", func(r *LeafRequest) { r.NotAfter = time.Time{} }},
+		{"a validity after the CA's is empty", "is empty inside the CA's", func(r *LeafRequest) {
+			r.NotBefore, r.NotAfter = a.NodeCA.NotAfter.Add(time.Hour), a.NodeCA.NotAfter.Add(2*time.Hour)
+		}},
+		{"NotAfter before NotBefore is empty", "is empty", func(r *LeafRequest) { r.NotAfter = r.NotBefore.Add(-time.Second) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ok
+			tt.edit(&r)
+			_, err := a.Issuer.Issue(r)
+			wantErr(t, err, nil, tt.want)
+		})
+	}
+}
+
+func TestNewIssuerRefuses(t *testing.T) {
+	a, _ := newAuthority(t, "")
+	nodeKey := a.Issuer.key
+	leaf := issueLeaf(t, a.Issuer, mustKey(t), "n1", "", "", nil)
+	tests := []struct {
+		name, want string
+		ca         *x509.Certificate
+		key        crypto.Signer
+		chain      []*x509.Certificate
+		td         string
+	}{
+		{"a key of another CA is refused", "key does not match", a.NodeCA, mustKey(t), nil, testTD},
+		{"a leaf is not a CA", "is not a CA", leaf, nodeKey, nil, testTD},
+		{"a chain not starting with the CA is refused", "does not start with the CA", a.NodeCA, nodeKey, []*x509.Certificate{a.ServingCA}, testTD},
+		{"a chain whose links do not sign each other is refused", "is not signed by", a.NodeCA, nodeKey, []*x509.Certificate{a.NodeCA, a.ServingCA}, testTD},
+		{"an invalid trust domain is refused", "trust domain", a.NodeCA, nodeKey, nil, "Bad"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := NewIssuer(tt.ca, tt.key, tt.chain, tt.td)
+			wantErr(t, err, nil, tt.want)
+		})
+	}
+	t.Run("a chain ending below the root is accepted", func(t *testing.T) {
+		iss, err := NewIssuer(a.NodeCA, nodeKey, []*x509.Certificate{a.NodeCA, a.Root}, testTD)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := iss.Chain(); len(got) != 2 || !got[0].Equal(a.NodeCA) {
+			t.Errorf("Chain() = %d certificates", len(got))
+		}
+	})
+}
+
+// signWithNodeCA makes a certificate under the node CA from a free-form
+// template, for ParseNodeCert's refusals.
+func signWithNodeCA(t *testing.T, a *Authority, tmpl *x509.Certificate) *x509.Certificate {
+	t.Helper()
+	tmpl.SerialNumber = mustSerial(t)
+	tmpl.NotBefore, tmpl.NotAfter = testNow, testNow.Add(time.Hour)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.NodeCA, mustKey(t).Public(), a.Issuer.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func mustSerial(t *testing.T) *big.Int {
+	t.Helper()
+	n, err := randomSerial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func mustURIs(t *testing.T, ss ...string) []*url.URL {
+	t.Helper()
+	var out []*url.URL
+	for _, s := range ss {
+		u, err := url.Parse(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, u)
+	}
+	return out
+}
+
+func TestParseNodeCertRefuses(t *testing.T) {
+	a, _ := newAuthority(t, "")
+	subj := pkix.Name{CommonName: "n1", Organization: []string{testTD}}
+	node := "spiffe://example.test/node/n1"
+	tests := []struct {
+		name, want string
+		tmpl       *x509.Certificate
+	}{
+		{"a certificate without a spiffe URI is refused", "no spiffe URI",
+			&x509.Certificate{Subject: subj}},
+		{"two spiffe URIs are refused", "more than one spiffe URI",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "spiffe://example.test/node/n2")}},
+		{"an admin SPIFFE ID is not a node's", "is not a node SPIFFE ID",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, "spiffe://example.test/admin/owner")}},
+		{"a nested path is refused", "node id",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, "spiffe://example.test/node/n1/x")}},
+		{"a query is refused", "is not of the form",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node+"?x=1")}},
+		{"a port is refused", "trust domain",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, "spiffe://example.test:8443/node/n1")}},
+		{"a common name other than the node id is refused", `common name "n2"`,
+			&x509.Certificate{Subject: pkix.Name{CommonName: "n2", Organization: []string{testTD}}, URIs: mustURIs(t, node)}},
+		{"an organization other than the trust domain is refused", "is not the trust domain",
+			&x509.Certificate{Subject: pkix.Name{CommonName: "n1", Organization: []string{"other.test"}}, URIs: mustURIs(t, node)}},
+		{"two roles are refused", "2 roles",
+			&x509.Certificate{Subject: pkix.Name{CommonName: "n1", Organization: []string{testTD}, OrganizationalUnit: []string{"a", "b"}}, URIs: mustURIs(t, node)}},
+		{"two TPM AK URNs are refused", "more than one TPM AK URN",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "urn:nodetrust:tpm-ak:00", "urn:nodetrust:tpm-ak:01")}},
+		{"upper-case AK hex is refused", "lower-case hex",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "urn:nodetrust:tpm-ak:0A")}},
+		{"odd-length AK hex is refused", "TPM AK URN",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "urn:nodetrust:tpm-ak:abc")}},
+		{"an empty AK name is refused", "TPM AK URN",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "urn:nodetrust:tpm-ak:")}},
+		{"a CA certificate is refused", "is a CA",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseNodeCert(signWithNodeCA(t, a, tt.tmpl))
+			wantErr(t, err, nil, tt.want)
+		})
+	}
+}
+
+func TestAdminIdentity(t *testing.T) {
+	a, dir := newAuthority(t, "")
+	owner, err := ReadCerts(Path(dir, OwnerCertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := issueLeaf(t, a.Issuer, mustKey(t), "n1", "", "", nil)
+	two := signWithNodeCA(t, a, &x509.Certificate{URIs: mustURIs(t, "spiffe://example.test/admin/owner", "spiffe://example.test/admin/ops")})
+	tests := []struct {
+		name   string
+		cert   *x509.Certificate
+		td     string
+		want   string
+		wantOK bool
+	}{
+		{"the owner credential is the owner", owner[0], testTD, "owner", true},
+		{"the owner of another trust domain is nobody", owner[0], "other.test", "", false},
+		{"a node certificate is no admin", node, testTD, "", false},
+		{"two admin URIs are no admin", two, testTD, "", false},
+		{"no certificate is no admin", nil, testTD, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := AdminIdentity(tt.cert, tt.td)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("AdminIdentity = %q, %v; want %q, %v", got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}

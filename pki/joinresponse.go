@@ -1,0 +1,237 @@
+package pki
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/sha256"
+	"crypto/subtle"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nodetrust/nodetrust/api/joinv1"
+)
+
+// JoinResponseLabel starts the data whose SHA-256 a join response's
+// signature covers: label || 0x00 || payload.
+const JoinResponseLabel = "nodetrust join-response v1"
+
+// Bounds on what a join result may carry.
+const (
+	maxResultChain = 8
+	maxResultRoots = 16
+)
+
+// JoinResponseDigest returns SHA-256("nodetrust join-response v1" || 0x00 ||
+// payload), the digest a SignedJoinResult's signature covers.
+func JoinResponseDigest(payload []byte) []byte {
+	h := sha256.New()
+	h.Write([]byte(JoinResponseLabel))
+	h.Write([]byte{0})
+	h.Write(payload)
+	return h.Sum(nil)
+}
+
+// SignJoinResult serializes r (deterministic protobuf encoding) and signs
+// it with the JoinService signing key, an ECDSA key: the signature is IEEE
+// P1363 over [JoinResponseDigest] of the payload, kid is the pin of the
+// signer's public key and signing_key its SubjectPublicKeyInfo DER.
+func SignJoinResult(signer crypto.Signer, r *joinv1.JoinResult) (*joinv1.SignedJoinResult, error) {
+	if signer == nil || r == nil {
+		return nil, errors.New("sign join result: signer and result are required")
+	}
+	spki, err := x509.MarshalPKIXPublicKey(signer.Public())
+	if err != nil {
+		return nil, fmt.Errorf("sign join result: signing key: %w", err)
+	}
+	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	if err != nil {
+		return nil, fmt.Errorf("sign join result: marshal: %w", err)
+	}
+	sig, err := SignP1363(signer, JoinResponseDigest(payload))
+	if err != nil {
+		return nil, fmt.Errorf("sign join result: %w", err)
+	}
+	return &joinv1.SignedJoinResult{
+		Payload:    payload,
+		Signature:  sig,
+		Kid:        pinOfDER(spki).String(),
+		SigningKey: spki,
+	}, nil
+}
+
+// Expect is what a node knows before it reads a join response: the pin it
+// trusts and the request it sent.
+type Expect struct {
+	// SigningKeyPin is the trusted join_signing_key_pin. Required.
+	SigningKeyPin Pin
+	// CSRSHA256 is the SHA-256 of the CSR the node sent. Required.
+	CSRSHA256 []byte
+	// PublicKey is the node key that CSR certified. Required.
+	PublicKey crypto.PublicKey
+	// TrustDomain, NodeID and Role, when set, must equal the result's;
+	// empty accepts what the result says.
+	TrustDomain string
+	NodeID      string
+	Role        string
+	// Now is the time at which the chain is verified; zero means time.Now().
+	Now time.Time
+}
+
+// Opened is a join result that passed every check of [OpenJoinResponse].
+type Opened struct {
+	Result *joinv1.JoinResult
+	// Leaf is Chain[0], the node certificate.
+	Leaf *x509.Certificate
+	// Chain is the node's chain, leaf first, root excluded.
+	Chain []*x509.Certificate
+	// Roots is the trust bundle the result carried.
+	Roots []*x509.Certificate
+	// Info is the identity in Leaf.
+	Info NodeCertInfo
+}
+
+// refuse wraps ErrJoinResponse with what mismatched.
+func refuse(format string, a ...any) error {
+	return fmt.Errorf("open join response: %s: %w", fmt.Sprintf(format, a...), ErrJoinResponse)
+}
+
+// OpenJoinResponse verifies a signed join response, in this order, and
+// returns its content. Each failure is a distinct error naming the check
+// and wrapping [ErrJoinResponse]:
+//
+//   - signing_key's pin equals e.SigningKeyPin, and kid equals that pin;
+//   - the signature verifies under signing_key;
+//   - the payload is a JoinResult;
+//   - its csr_sha256 equals e.CSRSHA256 (constant time);
+//   - the leaf (chain[0]) certifies e.PublicKey;
+//   - the chain verifies to the result's roots for client authentication
+//     at e.Now;
+//   - the leaf's SPIFFE ID equals spiffe_id, which equals
+//     NodeSPIFFEID(trust_domain, node_id);
+//   - trust domain, node id and role equal e's where e sets them;
+//   - the leaf's role and site equal the result's.
+func OpenJoinResponse(s *joinv1.SignedJoinResult, e Expect) (*Opened, error) {
+	if s == nil {
+		return nil, refuse("no signed result")
+	}
+	if e.SigningKeyPin.IsZero() {
+		return nil, errors.New("open join response: expected signing key pin is not set")
+	}
+	if len(e.CSRSHA256) != sha256.Size {
+		return nil, fmt.Errorf("open join response: expected CSR hash is %d bytes, want %d", len(e.CSRSHA256), sha256.Size)
+	}
+	if e.PublicKey == nil {
+		return nil, errors.New("open join response: expected node public key is not set")
+	}
+
+	// The signer.
+	got := pinOfDER(s.GetSigningKey())
+	if !got.Equal(e.SigningKeyPin) {
+		return nil, refuse("signing key pin %s is not the trusted join signing key pin %s", got, e.SigningKeyPin)
+	}
+	if kid, err := ParsePin(s.GetKid()); err != nil || !kid.Equal(e.SigningKeyPin) {
+		return nil, refuse("kid %s is not the trusted join signing key pin %s", quoteShort(s.GetKid()), e.SigningKeyPin)
+	}
+	key, err := x509.ParsePKIXPublicKey(s.GetSigningKey())
+	if err != nil {
+		return nil, refuse("signing key: %v", err)
+	}
+	ek, ok := key.(*ecdsa.PublicKey)
+	if !ok {
+		return nil, refuse("signing key is %T, want ECDSA", key)
+	}
+	if !VerifyP1363(ek, JoinResponseDigest(s.GetPayload()), s.GetSignature()) {
+		return nil, refuse("signature does not verify under the join signing key")
+	}
+
+	// The content.
+	r := new(joinv1.JoinResult)
+	if err := proto.Unmarshal(s.GetPayload(), r); err != nil {
+		return nil, refuse("payload is not a JoinResult: %v", err)
+	}
+	if subtle.ConstantTimeCompare(r.GetCsrSha256(), e.CSRSHA256) != 1 {
+		return nil, refuse("csr_sha256 is not this request's CSR hash")
+	}
+	chain, err := parseDERs("chain", r.GetChain(), maxResultChain)
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	roots, err := parseDERs("roots", r.GetRoots(), maxResultRoots)
+	if err != nil {
+		return nil, refuse("%v", err)
+	}
+	leaf := chain[0]
+	if !publicKeysEqual(leaf.PublicKey, e.PublicKey) {
+		return nil, refuse("leaf certificate certifies another key than this request's")
+	}
+	now := e.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	opts := x509.VerifyOptions{
+		Roots:         x509.NewCertPool(),
+		Intermediates: x509.NewCertPool(),
+		CurrentTime:   now,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	for _, c := range roots {
+		opts.Roots.AddCert(c)
+	}
+	for _, c := range chain[1:] {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := leaf.Verify(opts); err != nil {
+		return nil, refuse("chain does not verify to the result's roots: %v", err)
+	}
+
+	// The identity.
+	info, err := ParseNodeCert(leaf)
+	if err != nil {
+		return nil, refuse("leaf: %v", err)
+	}
+	if info.SPIFFEID != r.GetSpiffeId() {
+		return nil, refuse("leaf SPIFFE ID %q is not the result's spiffe_id %q", info.SPIFFEID, r.GetSpiffeId())
+	}
+	if want := NodeSPIFFEID(r.GetTrustDomain(), r.GetNodeId()); r.GetSpiffeId() != want {
+		return nil, refuse("spiffe_id %q is not %q made of trust_domain and node_id", r.GetSpiffeId(), want)
+	}
+	if e.TrustDomain != "" && r.GetTrustDomain() != e.TrustDomain {
+		return nil, refuse("trust domain %q is not the expected %q", r.GetTrustDomain(), e.TrustDomain)
+	}
+	if e.NodeID != "" && r.GetNodeId() != e.NodeID {
+		return nil, refuse("node id %q is not the expected %q", r.GetNodeId(), e.NodeID)
+	}
+	if e.Role != "" && r.GetRole() != e.Role {
+		return nil, refuse("role %q is not the expected %q", r.GetRole(), e.Role)
+	}
+	if info.Role != r.GetRole() {
+		return nil, refuse("leaf role %q is not the result's role %q", info.Role, r.GetRole())
+	}
+	if info.Site != r.GetSite() {
+		return nil, refuse("leaf site %q is not the result's site %q", info.Site, r.GetSite())
+	}
+	return &Opened{Result: r, Leaf: leaf, Chain: chain, Roots: roots, Info: info}, nil
+}
+
+// parseDERs parses between 1 and max DER certificates.
+func parseDERs(what string, ders [][]byte, max int) ([]*x509.Certificate, error) {
+	if len(ders) == 0 {
+		return nil, fmt.Errorf("%s is empty", what)
+	}
+	if len(ders) > max {
+		return nil, fmt.Errorf("%s has %d certificates, more than %d", what, len(ders), max)
+	}
+	certs := make([]*x509.Certificate, len(ders))
+	for i, der := range ders {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return nil, fmt.Errorf("%s certificate %d: %w", what, i, err)
+		}
+		certs[i] = c
+	}
+	return certs, nil
+}
