@@ -1,0 +1,114 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nodetrust/nodetrust/store"
+)
+
+const certColumns = `serial, node_id, generation, kind, issued_at, not_after, revoked_at, revoked_reason`
+
+func certArgs(a *args, c store.Cert) []any {
+	return []any{c.Serial, c.NodeID, a.gen(c.Generation), c.Kind,
+		a.time(c.IssuedAt), a.time(c.NotAfter), a.time(c.RevokedAt), c.RevokedReason}
+}
+
+// insertCert records a certificate; ErrConflict if its serial exists.
+func insertCert(ctx context.Context, tx *sql.Tx, serial string, vals []any) error {
+	res, err := tx.ExecContext(ctx, `INSERT INTO certs (`+certColumns+`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, vals...)
+	if err != nil {
+		return fmt.Errorf("record certificate %s: %w", serial, err)
+	}
+	return mustChange(res, fmt.Errorf("certificate %s exists: %w", serial, store.ErrConflict))
+}
+
+// RecordRenewal stores a renewed certificate and sets the node's current
+// serial to c.Serial, its expiry to c.NotAfter and its last-seen time to
+// c.IssuedAt, only if the node exists and its generation still equals
+// c.Generation. It returns ErrConflict otherwise, and when the serial
+// exists.
+func (d *DB) RecordRenewal(ctx context.Context, c store.Cert) error {
+	if c.Serial == "" || c.NodeID == "" {
+		return fmt.Errorf("record renewal %s of node %q: certificate has no serial or no node", c.Serial, c.NodeID)
+	}
+	var a args
+	vals := certArgs(&a, c)
+	gen, notAfter, issued := a.gen(c.Generation), a.time(c.NotAfter), a.time(c.IssuedAt)
+	if a.err != nil {
+		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, a.err)
+	}
+	err := d.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE nodes SET cert_serial = ?, cert_not_after = ?, last_seen = ?
+			WHERE id = ? AND generation = ?`, c.Serial, notAfter, issued, c.NodeID, gen)
+		if err != nil {
+			return fmt.Errorf("update node: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return renewalConflict(ctx, tx, c)
+		}
+		return insertCert(ctx, tx, c.Serial, vals)
+	})
+	if err != nil {
+		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, err)
+	}
+	return nil
+}
+
+// renewalConflict says why a renewal found no node of its generation.
+func renewalConflict(ctx context.Context, tx *sql.Tx, c store.Cert) error {
+	var gen int64
+	err := tx.QueryRowContext(ctx, `SELECT generation FROM nodes WHERE id = ?`, c.NodeID).Scan(&gen)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("node is gone: %w", store.ErrConflict)
+	case err != nil:
+		return err
+	default:
+		return fmt.Errorf("node is at generation %d, certificate has %d: %w", gen, c.Generation, store.ErrConflict)
+	}
+}
+
+// GetCert returns one issued certificate by serial; ErrNotFound if there is
+// none.
+func (d *DB) GetCert(ctx context.Context, serial string) (store.Cert, error) {
+	var (
+		c                         store.Cert
+		gen                       int64
+		issued, notAfter, revoked sql.NullInt64
+	)
+	err := d.r.QueryRowContext(ctx, `SELECT `+certColumns+` FROM certs WHERE serial = ?`, serial).
+		Scan(&c.Serial, &c.NodeID, &gen, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return store.Cert{}, fmt.Errorf("get certificate %s: %w", serial, err)
+	}
+	c.Generation = uint64(gen)
+	c.IssuedAt, c.NotAfter, c.RevokedAt = fromNanos(issued), fromNanos(notAfter), fromNanos(revoked)
+	return c, nil
+}
+
+// CountCerts counts the certificates of a node issued at or after since,
+// revoked or not. A zero since counts them all.
+func (d *DB) CountCerts(ctx context.Context, nodeID string, since time.Time) (int, error) {
+	var a args
+	from := a.time(since)
+	if a.err != nil {
+		return 0, fmt.Errorf("count certificates of node %q: %w", nodeID, a.err)
+	}
+	var n int
+	err := d.r.QueryRowContext(ctx, `SELECT count(*) FROM certs
+		WHERE node_id = ?1 AND (?2 IS NULL OR issued_at >= ?2)`, nodeID, from).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count certificates of node %q: %w", nodeID, err)
+	}
+	return n, nil
+}

@@ -1,0 +1,143 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+)
+
+// migrations are the schema changes in order: migrations[i] takes the
+// schema from version i to version i+1. Append only; never edit or reorder
+// an entry that has shipped.
+var migrations = []string{
+	// 1: the initial schema.
+	`
+CREATE TABLE tokens (
+	id               TEXT PRIMARY KEY,
+	hash             BLOB NOT NULL UNIQUE,
+	role             TEXT NOT NULL,
+	site             TEXT NOT NULL,
+	node_id          TEXT NOT NULL,
+	allow_reclaim    INTEGER NOT NULL,
+	require_approval INTEGER NOT NULL,
+	created_by       TEXT NOT NULL,
+	created_at       INTEGER,
+	expires_at       INTEGER,
+	used_at          INTEGER,
+	used_by          TEXT NOT NULL
+) STRICT;
+CREATE INDEX tokens_created_at ON tokens (created_at);
+
+CREATE TABLE nodes (
+	id             TEXT PRIMARY KEY,
+	spiffe_id      TEXT NOT NULL,
+	role           TEXT NOT NULL,
+	site           TEXT NOT NULL,
+	state          TEXT NOT NULL,
+	generation     INTEGER NOT NULL,
+	attestor       TEXT NOT NULL,
+	product_uuid   TEXT NOT NULL,
+	macs           TEXT NOT NULL,
+	gpu_uuids      TEXT NOT NULL,
+	hostname       TEXT NOT NULL,
+	boot_id        TEXT NOT NULL,
+	daemon_version TEXT NOT NULL,
+	joined_at      INTEGER,
+	last_seen      INTEGER,
+	cert_serial    TEXT NOT NULL,
+	cert_not_after INTEGER
+) STRICT;
+CREATE INDEX nodes_product_uuid ON nodes (product_uuid);
+
+-- The serial numbers a node claimed, in the order it claimed them.
+CREATE TABLE node_serials (
+	node_id TEXT NOT NULL REFERENCES nodes (id) ON DELETE CASCADE,
+	pos     INTEGER NOT NULL,
+	serial  TEXT NOT NULL,
+	PRIMARY KEY (node_id, pos)
+) STRICT;
+CREATE INDEX node_serials_serial ON node_serials (serial);
+
+-- Certificate records outlive their node, so node_id is not a foreign key.
+CREATE TABLE certs (
+	serial         TEXT PRIMARY KEY,
+	node_id        TEXT NOT NULL,
+	generation     INTEGER NOT NULL,
+	kind           TEXT NOT NULL,
+	issued_at      INTEGER,
+	not_after      INTEGER,
+	revoked_at     INTEGER,
+	revoked_reason TEXT NOT NULL
+) STRICT;
+CREATE INDEX certs_node_issued ON certs (node_id, issued_at);
+
+CREATE TABLE audit (
+	seq     INTEGER PRIMARY KEY,
+	time    INTEGER,
+	actor   TEXT NOT NULL,
+	action  TEXT NOT NULL,
+	subject TEXT NOT NULL,
+	detail  TEXT NOT NULL
+) STRICT;
+CREATE INDEX audit_time ON audit (time, seq);
+`,
+}
+
+const createMigrationsTable = `
+CREATE TABLE IF NOT EXISTS schema_migrations (
+	version    INTEGER PRIMARY KEY,
+	applied_at INTEGER NOT NULL
+) STRICT`
+
+// migrate brings the schema of db, the writer, up to len(migrations),
+// applying each pending migration and recording its version in one
+// transaction. Each step re-reads the version under the write lock, so
+// processes opening the same file at once apply every migration once.
+func migrate(ctx context.Context, db *sql.DB, migrations []string) error {
+	if _, err := db.ExecContext(ctx, createMigrationsTable); err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	for {
+		done, err := migrateStep(ctx, db, migrations)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// migrateStep applies the next pending migration; done reports that there
+// was none.
+func migrateStep(ctx context.Context, db *sql.DB, migrations []string) (done bool, err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("begin migration: %w", err)
+	}
+	defer func() {
+		if err != nil || done {
+			_ = tx.Rollback()
+		}
+	}()
+	var version int
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&version); err != nil {
+		return false, fmt.Errorf("read schema version: %w", err)
+	}
+	switch {
+	case version > len(migrations):
+		return false, fmt.Errorf("database schema version %d is newer than this fleetd knows (%d): upgrade fleetd", version, len(migrations))
+	case version == len(migrations):
+		return true, nil
+	}
+	next := version + 1
+	if _, err := tx.ExecContext(ctx, migrations[version]); err != nil {
+		return false, fmt.Errorf("apply migration %d: %w", next, err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`,
+		next, time.Now().UnixNano()); err != nil {
+		return false, fmt.Errorf("record migration %d: %w", next, err)
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("commit migration %d: %w", next, err)
+	}
+	return false, nil
+}

@@ -1,0 +1,201 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nodetrust/nodetrust/store"
+)
+
+var certCases = []testCase{
+	{"a renewal records the certificate and updates the node", func(t *testing.T, s store.Store) {
+		j := newJoin("", "node-1", "s1", at(0))
+		mustJoin(t, s, j)
+		c := newCert("s2", "node-1", 1, "renew", at(time.Hour))
+		if err := s.RecordRenewal(t.Context(), c); err != nil {
+			t.Fatalf("RecordRenewal: %v", err)
+		}
+		wantEqual(t, "renewed certificate", normCert, mustGetCert(t, s, "s2"), c)
+		want := j.Node
+		want.CertSerial, want.CertNotAfter, want.LastSeen = "s2", c.NotAfter, c.IssuedAt
+		wantEqual(t, "renewed node", normNode, mustGetNode(t, s, "node-1"), want)
+		if old := mustGetCert(t, s, "s1"); !old.RevokedAt.IsZero() {
+			t.Errorf("the renewal revoked the previous certificate: %+v", old)
+		}
+	}},
+	{"a renewal after a revocation is a conflict", func(t *testing.T, s store.Store) {
+		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
+		if _, _, err := s.RevokeNode(t.Context(), "node-1", "compromised", at(time.Minute)); err != nil {
+			t.Fatalf("RevokeNode: %v", err)
+		}
+		before := mustGetNode(t, s, "node-1")
+		err := s.RecordRenewal(t.Context(), newCert("s2", "node-1", 1, "renew", at(2*time.Minute)))
+		wantErr(t, "renewal at the old generation", err, store.ErrConflict)
+		_, err = s.GetCert(t.Context(), "s2")
+		wantErr(t, "certificate of the refused renewal", err, store.ErrNotFound)
+		wantEqual(t, "node after the refused renewal", normNode, mustGetNode(t, s, "node-1"), before)
+	}},
+	{"a renewal of an unknown node is a conflict", func(t *testing.T, s store.Store) {
+		err := s.RecordRenewal(t.Context(), newCert("s1", "node-1", 1, "renew", at(0)))
+		wantErr(t, "renewal of an unknown node", err, store.ErrConflict)
+		_, err = s.GetCert(t.Context(), "s1")
+		wantErr(t, "certificate of the refused renewal", err, store.ErrNotFound)
+	}},
+	{"a renewal whose serial exists is a conflict", func(t *testing.T, s store.Store) {
+		j := newJoin("", "node-1", "s1", at(0))
+		mustJoin(t, s, j)
+		err := s.RecordRenewal(t.Context(), newCert("s1", "node-1", 1, "renew", at(time.Hour)))
+		wantErr(t, "renewal reusing a serial", err, store.ErrConflict)
+		wantEqual(t, "certificate", normCert, mustGetCert(t, s, "s1"), j.Cert)
+		wantEqual(t, "node", normNode, mustGetNode(t, s, "node-1"), j.Node)
+	}},
+	{"an unknown certificate is not found", func(t *testing.T, s store.Store) {
+		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
+		_, err := s.GetCert(t.Context(), "s2")
+		wantErr(t, "GetCert(unknown)", err, store.ErrNotFound)
+	}},
+	{"certificates are counted from a time on", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
+		mustJoin(t, s, newJoin("", "node-2", "t1", at(0)))
+		for i, serial := range []string{"s2", "s3", "s4"} {
+			if err := s.RecordRenewal(ctx, newCert(serial, "node-1", 1, "renew", at(time.Duration(i+1)*10*time.Minute))); err != nil {
+				t.Fatalf("RecordRenewal(%s): %v", serial, err)
+			}
+		}
+		if err := s.RecordRenewal(ctx, newCert("t2", "node-2", 1, "renew", at(30*time.Minute))); err != nil {
+			t.Fatalf("RecordRenewal(t2): %v", err)
+		}
+		// node-1 has certificates issued at 0, 10, 20 and 30 minutes.
+		for _, q := range []struct {
+			node  string
+			since time.Time
+			want  int
+		}{
+			{"node-1", time.Time{}, 4},
+			{"node-1", at(-time.Hour), 4},
+			{"node-1", at(0), 4},
+			{"node-1", at(time.Microsecond), 3},
+			{"node-1", at(20 * time.Minute), 2},
+			{"node-1", at(30 * time.Minute), 1},
+			{"node-1", at(31 * time.Minute), 0},
+			{"node-2", at(time.Minute), 1},
+			{"node-9", time.Time{}, 0},
+		} {
+			n, err := s.CountCerts(ctx, q.node, q.since)
+			if err != nil {
+				t.Fatalf("CountCerts(%s, %v): %v", q.node, q.since, err)
+			}
+			if n != q.want {
+				t.Errorf("CountCerts(%s, %v) = %d, want %d", q.node, q.since, n, q.want)
+			}
+		}
+		// Revoked certificates still count: they were issued.
+		if _, _, err := s.RevokeNode(ctx, "node-1", "test", at(time.Hour)); err != nil {
+			t.Fatalf("RevokeNode: %v", err)
+		}
+		if n, err := s.CountCerts(ctx, "node-1", at(0)); err != nil || n != 4 {
+			t.Errorf("CountCerts after revocation = %d, %v; want 4", n, err)
+		}
+	}},
+}
+
+var revokeCases = []testCase{
+	{"revoking a node raises its generation and revokes its certificates", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
+		mustJoin(t, s, newJoin("", "node-2", "t1", at(0)))
+		if err := s.RecordRenewal(ctx, newCert("s2", "node-1", 1, "renew", at(10*time.Minute))); err != nil {
+			t.Fatalf("RecordRenewal: %v", err)
+		}
+		gen, serials, err := s.RevokeNode(ctx, "node-1", "compromised", at(time.Hour))
+		if err != nil {
+			t.Fatalf("RevokeNode: %v", err)
+		}
+		if gen != 2 {
+			t.Errorf("RevokeNode generation = %d, want 2", gen)
+		}
+		wantSerials(t, "RevokeNode", serials, "s1", "s2")
+		n := mustGetNode(t, s, "node-1")
+		if n.Generation != 2 || n.State != store.StateRevoked {
+			t.Errorf("revoked node: generation %d, state %q; want 2, %q", n.Generation, n.State, store.StateRevoked)
+		}
+		for _, serial := range []string{"s1", "s2"} {
+			if c := mustGetCert(t, s, serial); !c.RevokedAt.Equal(at(time.Hour)) || c.RevokedReason != "compromised" {
+				t.Errorf("certificate %s: RevokedAt %v, reason %q; want %v, compromised", serial, c.RevokedAt, c.RevokedReason, at(time.Hour))
+			}
+		}
+		if c := mustGetCert(t, s, "t1"); !c.RevokedAt.IsZero() {
+			t.Errorf("another node's certificate was revoked: %+v", c)
+		}
+		if n := mustGetNode(t, s, "node-2"); n.Generation != 1 || n.State != store.StateActive {
+			t.Errorf("another node changed: %+v", n)
+		}
+
+		// A second revocation raises the generation again and revokes
+		// nothing new; the first revocation's record stays.
+		gen, serials, err = s.RevokeNode(ctx, "node-1", "again", at(2*time.Hour))
+		if err != nil {
+			t.Fatalf("second RevokeNode: %v", err)
+		}
+		if gen != 3 {
+			t.Errorf("second RevokeNode generation = %d, want 3", gen)
+		}
+		wantSerials(t, "second RevokeNode", serials)
+		if c := mustGetCert(t, s, "s1"); !c.RevokedAt.Equal(at(time.Hour)) || c.RevokedReason != "compromised" {
+			t.Errorf("the second revocation rewrote s1: %+v", c)
+		}
+	}},
+	{"revoking an unknown node is not found", func(t *testing.T, s store.Store) {
+		_, _, err := s.RevokeNode(t.Context(), "node-1", "test", at(0))
+		wantErr(t, "RevokeNode(unknown)", err, store.ErrNotFound)
+	}},
+	{"deleting a node keeps its certificate records revoked", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
+		mustJoin(t, s, newJoin("", "node-2", "t1", at(0)))
+		if err := s.RecordRenewal(ctx, newCert("s2", "node-1", 1, "renew", at(10*time.Minute))); err != nil {
+			t.Fatalf("RecordRenewal: %v", err)
+		}
+		serials, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(time.Hour))
+		if err != nil {
+			t.Fatalf("DeleteNode: %v", err)
+		}
+		wantSerials(t, "DeleteNode", serials, "s1", "s2")
+		wantNoNode(t, s, "node-1")
+		for _, serial := range []string{"s1", "s2"} {
+			c := mustGetCert(t, s, serial)
+			if c.NodeID != "node-1" || !c.RevokedAt.Equal(at(time.Hour)) || c.RevokedReason != "decommissioned" {
+				t.Errorf("certificate %s after deletion: %+v", serial, c)
+			}
+		}
+		ns, err := s.ListNodes(ctx)
+		if err != nil {
+			t.Fatalf("ListNodes: %v", err)
+		}
+		wantIDs(t, "ListNodes after deletion", ns, "node-2")
+		found, err := s.NodesByClaims(ctx, "uuid-node-1", []string{"board-node-1"})
+		if err != nil {
+			t.Fatalf("NodesByClaims: %v", err)
+		}
+		wantIDs(t, "nodes with the deleted node's claims", found)
+		if n, err := s.CountCerts(ctx, "node-1", time.Time{}); err != nil || n != 2 {
+			t.Errorf("CountCerts of the deleted node = %d, %v; want 2", n, err)
+		}
+		err = s.RecordRenewal(ctx, newCert("s3", "node-1", 1, "renew", at(2*time.Hour)))
+		wantErr(t, "renewal of the deleted node", err, store.ErrConflict)
+
+		// The id is free again: the machine may join anew.
+		j := newJoin("", "node-1", "s9", at(3*time.Hour))
+		j.Node.Generation, j.Cert.Generation = 5, 5
+		mustJoin(t, s, j)
+		wantEqual(t, "node joined after deletion", normNode, mustGetNode(t, s, "node-1"), j.Node)
+		if c := mustGetCert(t, s, "s1"); c.RevokedReason != "decommissioned" {
+			t.Errorf("the new join changed an old certificate: %+v", c)
+		}
+	}},
+	{"deleting an unknown node is not found", func(t *testing.T, s store.Store) {
+		_, err := s.DeleteNode(t.Context(), "node-1", "test", at(0))
+		wantErr(t, "DeleteNode(unknown)", err, store.ErrNotFound)
+	}},
+}
