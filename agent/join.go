@@ -1,0 +1,365 @@
+package agent
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/config"
+	"github.com/nodetrust/nodetrust/hwclaims"
+	"github.com/nodetrust/nodetrust/identity"
+	"github.com/nodetrust/nodetrust/pki"
+)
+
+// ErrJoinRefused is the control plane's refusal of a join; the reason is
+// known only to the server.
+var ErrJoinRefused = errors.New("the control plane refused the join (Join refused); ask its operator for a fresh token, and check its log for the reason")
+
+// ErrOtherNode means the machine is already joined as another node than
+// the one asked for.
+var ErrOtherNode = errors.New("already joined as another node")
+
+// JoinConfig is what a join needs.
+type JoinConfig struct {
+	Server     string
+	ServerName string
+	Pins       config.Pins
+	// JWK is the join encryption key (join-encryption.jwk); nil takes it
+	// from the control plane's well-known document, checked against the
+	// pins.
+	JWK     []byte
+	DataDir string
+	Role    string
+	NodeID  string
+	// Token returns the join credential. It is called only once the
+	// machine is known not to be joined, and only after the control
+	// plane's TLS identity has been checked against the pin.
+	Token   func() ([]byte, error)
+	Claims  hwclaims.Claims
+	Version string
+	Logger  *slog.Logger
+
+	// MaxAttempts bounds retries of retryable failures (default 20);
+	// BackoffMin and BackoffMax bound the wait between them.
+	MaxAttempts int
+	BackoffMin  time.Duration
+	BackoffMax  time.Duration
+	Now         func() time.Time
+}
+
+// JoinResult tells what Join did.
+type JoinResult struct {
+	State *identity.State
+	// Already is true when the machine was already joined and nothing
+	// was sent.
+	Already bool
+}
+
+func (c *JoinConfig) defaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = 20
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = 500 * time.Millisecond
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 30 * time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Join creates the node's identity (seed 000, "What the join does"). On a
+// machine whose identity loads it sends nothing and reads no credential.
+func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
+	c.defaults()
+	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{})
+	switch {
+	case err == nil:
+		if c.NodeID != "" && c.NodeID != st.Identity.NodeID {
+			return nil, fmt.Errorf("%w: this machine is joined as %s, not %s; to join as %s: bcd join --reset --yes, then bcd join --node-id %s",
+				ErrOtherNode, st.Identity.NodeID, c.NodeID, c.NodeID, c.NodeID)
+		}
+		return &JoinResult{State: st, Already: true}, nil
+	case !errors.Is(err, identity.ErrNotJoined):
+		return nil, err
+	}
+
+	conn, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	client := joinv1.NewJoinServiceClient(conn)
+
+	// Step 2's key: from the file beside the config or the well-known
+	// document. Fetching the document also proves the serving pin before
+	// any credential is read.
+	jwk := c.JWK
+	if jwk == nil {
+		jwk, err = fetchJWK(ctx, client, c.Pins)
+		if err != nil {
+			return nil, err
+		}
+	}
+	encKey, err := pki.ParseJWK(jwk)
+	if err != nil {
+		return nil, fmt.Errorf("join encryption key: %w", err)
+	}
+	if encKey.Pin() != c.Pins.JoinEncryption {
+		return nil, fmt.Errorf("the join encryption key has pin %s, not join_encryption_key_pin %s; fetch join-encryption.jwk again from the control plane", encKey.Pin(), c.Pins.JoinEncryption)
+	}
+
+	// Step 1: the key and the CSR.
+	key, err := pki.GenerateKey()
+	if err != nil {
+		return nil, err
+	}
+	csr, err := pki.CreateCSR(key)
+	if err != nil {
+		return nil, err
+	}
+	csrHash := sha256.Sum256(csr)
+
+	// Step 2: the seal, bound to this CSR.
+	token, err := c.Token()
+	if err != nil {
+		return nil, err
+	}
+	sealed, err := pki.SealToken(encKey, csrHash[:], token)
+	clear(token)
+	if err != nil {
+		return nil, fmt.Errorf("seal the join token: %w", err)
+	}
+
+	req := &joinv1.JoinRequest{
+		Csr:           csr,
+		Attestor:      "token",
+		SealedToken:   sealed,
+		Claims:        claimsProto(c.Claims),
+		DaemonVersion: c.Version,
+		Role:          c.Role,
+		NodeId:        c.NodeID,
+	}
+	// Step 3 and the deferral loop of step 4.
+	signed, err := joinRounds(ctx, client, req, c)
+	if err != nil {
+		return nil, err
+	}
+	// Step 4: the answer.
+	opened, err := pki.OpenJoinResponse(signed, pki.Expect{
+		SigningKeyPin: c.Pins.JoinSigning,
+		CSRSHA256:     csrHash[:],
+		PublicKey:     key.Public(),
+		NodeID:        c.NodeID,
+		Role:          c.Role,
+		Now:           c.Now(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("check the control plane's answer: %w", err)
+	}
+	// Step 6: persist.
+	keyPEM, err := pki.MarshalPrivateKeyPEM(key)
+	if err != nil {
+		return nil, err
+	}
+	r := opened.Result
+	id := identity.Identity{
+		Version:     1,
+		NodeID:      r.NodeId,
+		SPIFFEID:    r.SpiffeId,
+		TrustDomain: r.TrustDomain,
+		Role:        r.Role,
+		Site:        r.Site,
+		Generation:  r.IdentityGeneration,
+		Attestor:    "token",
+		KeyKind:     "file",
+		Chain:       r.Chain,
+		Roots:       r.Roots,
+		ServerTime:  time.Unix(0, r.ServerTimeUnixNano).UTC(),
+		JoinedAt:    c.Now().UTC(),
+	}
+	if err := identity.Persist(c.DataDir, id, keyPEM, c.Now()); err != nil {
+		return nil, fmt.Errorf("store the identity in %s: %w", c.DataDir, err)
+	}
+	st, err = identity.LoadState(c.DataDir, identity.LoadOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("load the identity just stored: %w", err)
+	}
+	return &JoinResult{State: st}, nil
+}
+
+// maxDeferralRounds bounds pending and challenge answers for one join.
+const maxDeferralRounds = 64
+
+// joinRounds sends the request, retrying retryable failures with backoff
+// (waiting out a server's pushback exactly) and following deferrals.
+func joinRounds(ctx context.Context, client joinv1.JoinServiceClient, req *joinv1.JoinRequest, c JoinConfig) (*joinv1.SignedJoinResult, error) {
+	for round := 0; round < maxDeferralRounds; round++ {
+		resp, err := callWithRetry(ctx, c, func(ctx context.Context, opts ...grpc.CallOption) (*joinv1.JoinResponse, error) {
+			return client.Join(ctx, req, opts...)
+		})
+		if err != nil {
+			return nil, err
+		}
+		switch r := resp.Result.(type) {
+		case *joinv1.JoinResponse_Signed:
+			return r.Signed, nil
+		case *joinv1.JoinResponse_Pending:
+			wait := max(time.Duration(r.Pending.RetryAfterMs)*time.Millisecond, time.Second)
+			c.Logger.InfoContext(ctx, "join pending: waiting for the control plane's approval", "retry_in", wait.String(), "message", r.Pending.Message)
+			req.DeferralId = r.Pending.DeferralId
+			if err := sleep(ctx, wait); err != nil {
+				return nil, err
+			}
+		case *joinv1.JoinResponse_Challenge:
+			return nil, fmt.Errorf("the control plane sent a challenge, which the %s attestor cannot answer", req.Attestor)
+		default:
+			return nil, errors.New("the control plane sent an empty join response")
+		}
+	}
+	return nil, fmt.Errorf("join still deferred after %d rounds", maxDeferralRounds)
+}
+
+// retryable reports whether a failure may go away by itself.
+func retryable(code codes.Code) bool {
+	switch code {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted, codes.DeadlineExceeded:
+		return true
+	}
+	return false
+}
+
+// callWithRetry calls f up to c.MaxAttempts times.
+func callWithRetry[T any](ctx context.Context, c JoinConfig, f func(context.Context, ...grpc.CallOption) (T, error)) (T, error) {
+	var zero T
+	backoff := c.BackoffMin
+	for attempt := 1; ; attempt++ {
+		var trailer metadata.MD
+		callCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		out, err := f(callCtx, grpc.Trailer(&trailer))
+		cancel()
+		if err == nil {
+			return out, nil
+		}
+		st := status.Convert(err)
+		if st.Code() == codes.PermissionDenied {
+			return zero, ErrJoinRefused
+		}
+		if !retryable(st.Code()) || attempt >= c.MaxAttempts || ctx.Err() != nil {
+			return zero, fmt.Errorf("join (attempt %d of %d): %s", attempt, c.MaxAttempts, describe(st))
+		}
+		wait, pushed := pushback(trailer)
+		if !pushed {
+			// Full jitter in [backoff/2, backoff].
+			wait = backoff/2 + rand.N(backoff/2+1)
+			backoff = min(backoff*2, c.BackoffMax)
+		}
+		c.Logger.WarnContext(ctx, "join failed, retrying", "attempt", attempt, "retry_in", wait.String(), "error", describe(st))
+		if err := sleep(ctx, wait); err != nil {
+			return zero, err
+		}
+	}
+}
+
+// pushback reads the server's grpc-retry-pushback-ms trailer.
+func pushback(md metadata.MD) (time.Duration, bool) {
+	v := md.Get("grpc-retry-pushback-ms")
+	if len(v) == 0 {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(v[0], 10, 64)
+	if err != nil || ms < 0 {
+		return 0, false
+	}
+	return time.Duration(ms) * time.Millisecond, true
+}
+
+func describe(st *status.Status) string {
+	if st.Code() == codes.Unavailable {
+		return "control plane unreachable: " + st.Message()
+	}
+	return st.Code().String() + ": " + st.Message()
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// WellKnown is the subset of the control plane's well-known document a
+// node reads.
+type WellKnown struct {
+	TrustDomain          string          `json:"trust_domain"`
+	ServingCASPKIPin     string          `json:"serving_ca_spki_pin"`
+	JoinSigningKeyPin    string          `json:"join_signing_key_pin"`
+	JoinEncryptionKeyPin string          `json:"join_encryption_key_pin"`
+	JoinEncryptionJWK    json.RawMessage `json:"join_encryption_jwk"`
+}
+
+// fetchJWK reads the well-known document and returns its join encryption
+// key after checking that the document's pins are the ones given.
+func fetchJWK(ctx context.Context, client joinv1.JoinServiceClient, pins config.Pins) ([]byte, error) {
+	resp, err := callWithRetry(ctx, JoinConfig{MaxAttempts: 3, BackoffMin: 200 * time.Millisecond, BackoffMax: time.Second, Logger: slog.New(slog.DiscardHandler)},
+		func(ctx context.Context, opts ...grpc.CallOption) (*joinv1.GetWellKnownResponse, error) {
+			return client.GetWellKnown(ctx, &joinv1.GetWellKnownRequest{}, opts...)
+		})
+	if err != nil {
+		return nil, fmt.Errorf("fetch the well-known document: %w", err)
+	}
+	var doc WellKnown
+	if err := json.Unmarshal(resp.Document, &doc); err != nil {
+		return nil, fmt.Errorf("read the well-known document: %w", err)
+	}
+	for _, p := range []struct {
+		name, got string
+		want      pki.Pin
+	}{
+		{"serving_ca_spki_pin", doc.ServingCASPKIPin, pins.ServingCA},
+		{"join_signing_key_pin", doc.JoinSigningKeyPin, pins.JoinSigning},
+		{"join_encryption_key_pin", doc.JoinEncryptionKeyPin, pins.JoinEncryption},
+	} {
+		if p.got != p.want.String() {
+			return nil, fmt.Errorf("the well-known document's %s is %s, not the pinned %s; check the pins against the control plane's pki-bundle.json", p.name, p.got, p.want)
+		}
+	}
+	if len(doc.JoinEncryptionJWK) == 0 {
+		return nil, errors.New("the well-known document has no join_encryption_jwk")
+	}
+	return doc.JoinEncryptionJWK, nil
+}
+
+func claimsProto(c hwclaims.Claims) *joinv1.HardwareClaims {
+	return &joinv1.HardwareClaims{
+		ProductUuid:   c.ProductUUID,
+		ProductSerial: c.ProductSerial,
+		BoardSerial:   c.BoardSerial,
+		ChassisSerial: c.ChassisSerial,
+		Macs:          c.MACs,
+		GpuUuids:      c.GPUUUIDs,
+		Hostname:      c.Hostname,
+		BootId:        c.BootID,
+	}
+}

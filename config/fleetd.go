@@ -1,0 +1,156 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Fleetd is fleetd.toml.
+type Fleetd struct {
+	// PKIDir holds the files `fleetd init` wrote.
+	PKIDir string `toml:"pki_dir"`
+	// DataDir holds the embedded store and other state.
+	DataDir string `toml:"data_dir"`
+	// Listen is the gRPC address (JoinService, Gateway, Admin).
+	Listen string `toml:"listen"`
+	// HTTPListen serves /.well-known/nodetrust.json over HTTPS; empty
+	// disables it.
+	HTTPListen string `toml:"http_listen"`
+	// NodeCertLifetime is the lifetime of node certificates; at most 24h.
+	NodeCertLifetime Duration `toml:"node_cert_lifetime"`
+	// TokenTTL is the default lifetime of join tokens; MaxTokenTTL caps
+	// what `fleetd token create --ttl` may ask for.
+	TokenTTL    Duration `toml:"token_ttl"`
+	MaxTokenTTL Duration `toml:"max_token_ttl"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+	Store    Store  `toml:"store"`
+
+	// path is the file this was read from; relative paths resolve
+	// against its directory.
+	path string
+}
+
+// Store selects the control plane's store.
+type Store struct {
+	// Driver is "sqlite" (the default).
+	Driver string `toml:"driver"`
+	// Path is the SQLite file; default <data_dir>/fleetd.db.
+	Path string `toml:"path"`
+}
+
+// Limits on node certificate lifetimes (DESIGN.md section 2).
+const (
+	MaxNodeCertLifetime = 24 * time.Hour
+	MinNodeCertLifetime = 10 * time.Second
+)
+
+// LoadFleetd reads and validates fleetd.toml.
+func LoadFleetd(path string) (*Fleetd, error) {
+	var c Fleetd
+	md, err := toml.DecodeFile(path, &c)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("read %s: %w (write one, or start a development server with 'fleetd dev')", path, err)
+		}
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		return nil, fmt.Errorf("%s: unknown setting %s", path, strings.Join(keys, ", "))
+	}
+	c.path = path
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &c, nil
+}
+
+func (c *Fleetd) applyDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8443"
+	}
+	if c.NodeCertLifetime.Duration == 0 {
+		c.NodeCertLifetime.Duration = MaxNodeCertLifetime
+	}
+	if c.TokenTTL.Duration == 0 {
+		c.TokenTTL.Duration = time.Hour
+	}
+	if c.MaxTokenTTL.Duration == 0 {
+		c.MaxTokenTTL.Duration = 30 * 24 * time.Hour
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.Store.Driver == "" {
+		c.Store.Driver = "sqlite"
+	}
+	if c.Store.Path == "" && c.DataDir != "" {
+		c.Store.Path = filepath.Join(c.DataDir, "fleetd.db")
+	}
+}
+
+// Validate reports the first invalid setting by name.
+func (c *Fleetd) Validate() error {
+	if c.PKIDir == "" {
+		return errors.New("pki_dir is required: the folder 'fleetd init --dir' wrote")
+	}
+	if c.DataDir == "" {
+		return errors.New("data_dir is required: a folder for the store")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen: want host:port: %w", err)
+	}
+	if c.HTTPListen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
+			return fmt.Errorf("http_listen: want host:port: %w", err)
+		}
+	}
+	if d := c.NodeCertLifetime.Duration; d < MinNodeCertLifetime || d > MaxNodeCertLifetime {
+		return fmt.Errorf("node_cert_lifetime: %s is outside %s..%s", d, MinNodeCertLifetime, MaxNodeCertLifetime)
+	}
+	if c.TokenTTL.Duration <= 0 || c.TokenTTL.Duration > c.MaxTokenTTL.Duration {
+		return fmt.Errorf("token_ttl: %s must be positive and at most max_token_ttl (%s)", c.TokenTTL.Duration, c.MaxTokenTTL.Duration)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if c.Store.Driver != "sqlite" {
+		return fmt.Errorf("store.driver: %q is not supported (use \"sqlite\")", c.Store.Driver)
+	}
+	return nil
+}
+
+// Resolve makes a path from the file relative to the file's folder.
+func (c *Fleetd) Resolve(p string) string {
+	if p == "" || filepath.IsAbs(p) || c.path == "" {
+		return p
+	}
+	return filepath.Join(filepath.Dir(c.path), p)
+}
+
+// AdminAddress is the address admin commands dial: Listen, with an
+// unspecified host replaced by loopback.
+func (c *Fleetd) AdminAddress() string {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return c.Listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}

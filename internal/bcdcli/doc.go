@@ -1,0 +1,2 @@
+// Package bcdcli is the bcd command line: join and status.
+package bcdcli

@@ -1,0 +1,127 @@
+package fleetd
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/nodetrust/nodetrust/config"
+	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/server"
+	"github.com/nodetrust/nodetrust/store/sqlite"
+)
+
+// Options configure Run.
+type Options struct {
+	Config *config.Fleetd
+	Logger *slog.Logger
+	// Listener, when set, is used instead of listening on Config.Listen
+	// (fleetd dev binds first to learn its port).
+	Listener net.Listener
+	// Ready is called once both listeners accept connections.
+	Ready func(grpcAddr, httpAddr string)
+}
+
+// Run serves the control plane until ctx is done.
+func Run(ctx context.Context, o Options) error {
+	cfg := o.Config
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	auth, err := pki.LoadAuthority(cfg.Resolve(cfg.PKIDir))
+	if err != nil {
+		return fmt.Errorf("load PKI: %w", err)
+	}
+	dataDir := cfg.Resolve(cfg.DataDir)
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return fmt.Errorf("create data_dir: %w", err)
+	}
+	st, err := sqlite.Open(ctx, cfg.Resolve(cfg.Store.Path))
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+
+	srv, err := server.New(server.Config{
+		Authority:        auth,
+		Store:            st,
+		Logger:           log,
+		NodeCertLifetime: cfg.NodeCertLifetime.Duration,
+		TokenTTL:         cfg.TokenTTL.Duration,
+		MaxTokenTTL:      cfg.MaxTokenTTL.Duration,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln := o.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return fmt.Errorf("listen on %s (listen): %w", cfg.Listen, err)
+		}
+	}
+	var httpSrv *http.Server
+	var httpLn net.Listener
+	if cfg.HTTPListen != "" {
+		raw, err := net.Listen("tcp", cfg.HTTPListen)
+		if err != nil {
+			ln.Close()
+			return fmt.Errorf("listen on %s (http_listen): %w", cfg.HTTPListen, err)
+		}
+		tc := srv.TLSConfig()
+		tc.ClientAuth = tls.NoClientCert
+		tc.NextProtos = []string{"h2", "http/1.1"}
+		httpLn = tls.NewListener(raw, tc)
+		httpSrv = &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	serveCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	errc := make(chan error, 2)
+	running := 1
+	go func() { errc <- srv.Serve(serveCtx, ln) }()
+	httpAddr := ""
+	if httpSrv != nil {
+		running++
+		httpAddr = httpLn.Addr().String()
+		go func() {
+			err := httpSrv.Serve(httpLn)
+			if errors.Is(err, http.ErrServerClosed) {
+				err = nil
+			}
+			errc <- err
+		}()
+	}
+	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain)
+	if o.Ready != nil {
+		o.Ready(ln.Addr().String(), httpAddr)
+	}
+
+	var firstErr error
+	select {
+	case <-ctx.Done():
+	case firstErr = <-errc:
+		running--
+	}
+	// Stop both servers and wait for them, so the store closes last.
+	stop()
+	if httpSrv != nil {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = httpSrv.Shutdown(sctx)
+		cancel()
+	}
+	for ; running > 0; running-- {
+		if err := <-errc; err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	log.Info("fleetd stopped")
+	return firstErr
+}

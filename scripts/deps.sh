@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what nodetrust's build, demo and tests need: Go modules, and, when
+# run as root, the Debian packages below. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages: protoc for the generated-code check.
+packages=(protobuf-compiler)
+commands=(protoc)
+
+missing=()
+for i in "${!packages[@]}"; do
+  command -v "${commands[$i]}" >/dev/null 2>&1 || missing+=("${packages[$i]}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "deps: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "deps: missing Debian packages: ${missing[*]} (run 'make deps' as root, or install them)" >&2
+  fi
+fi
+
+go mod download

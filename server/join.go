@@ -1,0 +1,348 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/store"
+)
+
+// JoinRefused is the one message every refused join gets on the wire.
+const JoinRefused = "Join refused"
+
+// Limits on what an unauthenticated caller may send.
+const (
+	maxCSRBytes   = 4 << 10
+	maxClaimBytes = 256
+	maxClaimItems = 64
+)
+
+type joinService struct {
+	joinv1.UnimplementedJoinServiceServer
+	s *Server
+}
+
+// refusal is a join refusal: the reason stays on the server.
+type refusal struct {
+	reason string
+	// audit is set when the caller proved something (a token opened), so
+	// the refusal is worth an audit entry; refusals of unauthenticated
+	// garbage are only logged and counted.
+	audit   bool
+	tokenID string
+}
+
+func (r *refusal) Error() string { return r.reason }
+
+func refuse(format string, args ...any) *refusal {
+	return &refusal{reason: fmt.Sprintf(format, args...)}
+}
+
+func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv1.JoinResponse, error) {
+	reqID := newRequestID()
+	resp, err := j.join(ctx, req)
+	if err == nil {
+		return resp, nil
+	}
+	var r *refusal
+	if !errors.As(err, &r) {
+		// An internal failure: the caller may retry.
+		j.s.log.ErrorContext(ctx, "join failed", keyRequestID, reqID, slog.Any("error", err))
+		return nil, status.Error(codes.Unavailable, "join could not be completed; retry later (request "+reqID+")")
+	}
+	j.s.log.WarnContext(ctx, "join refused", keyRequestID, reqID, keyReason, r.reason,
+		keyTokenID, r.tokenID, keyHostname, capClaim(req.GetClaims().GetHostname()),
+		keyPeer, peerAddr(ctx))
+	if r.audit {
+		_ = j.s.cfg.Store.AppendAudit(ctx, store.AuditEvent{
+			Time: j.s.cfg.Now(), Actor: "join", Action: "join.refused",
+			Subject: "token:" + r.tokenID, Detail: r.reason + " (request " + reqID + ")",
+		})
+	}
+	return nil, status.Error(codes.PermissionDenied, JoinRefused)
+}
+
+func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv1.JoinResponse, error) {
+	s := j.s
+	if len(req.Csr) == 0 || len(req.Csr) > maxCSRBytes {
+		return nil, refuse("CSR missing or larger than %d bytes", maxCSRBytes)
+	}
+	csr, err := pki.ParseCSR(req.Csr)
+	if err != nil {
+		return nil, refuse("bad CSR: %v", err)
+	}
+	csrHash := sha256.Sum256(req.Csr)
+	switch req.Attestor {
+	case "token":
+	case "":
+		return nil, refuse("no attestor named")
+	default:
+		return nil, refuse("attestor %q is not supported", capClaim(req.Attestor))
+	}
+	if req.DeferralId != "" {
+		return nil, refuse("unknown deferral")
+	}
+	secret, err := s.cfg.Authority.JoinEncryption.OpenToken(csrHash[:], req.SealedToken)
+	if err != nil {
+		return nil, refuse("sealed token does not open for this CSR: %v", err)
+	}
+	hash := sha256.Sum256(secret)
+	clear(secret)
+	tok, err := s.cfg.Store.TokenByHash(ctx, hash[:])
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, refuse("unknown token")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up token: %w", err)
+	}
+	deny := func(format string, args ...any) error {
+		r := refuse(format, args...)
+		r.audit, r.tokenID = true, tok.ID
+		return r
+	}
+	now := s.cfg.Now()
+	switch {
+	case !tok.UsedAt.IsZero():
+		return nil, deny("token already used by node %s at %s", tok.UsedBy, tok.UsedAt.UTC().Format("2006-01-02T15:04:05Z"))
+	case !now.Before(tok.ExpiresAt):
+		return nil, deny("token expired at %s", tok.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
+	case req.Role != "" && req.Role != tok.Role:
+		return nil, deny("token is for role %q, the request asks for role %q", tok.Role, capClaim(req.Role))
+	case tok.RequireApproval:
+		return nil, deny("token requires approval, which this server does not offer yet")
+	}
+	if req.NodeId != "" {
+		if err := pki.ValidNodeID(req.NodeId); err != nil {
+			return nil, deny("requested node id: %v", err)
+		}
+		if tok.NodeID != "" && tok.NodeID != req.NodeId {
+			return nil, deny("token is for node %q, the request asks for node %q", tok.NodeID, req.NodeId)
+		}
+	}
+	claims := claimsFrom(req.Claims)
+
+	nodeID, reclaim, gen, err := j.chooseNode(ctx, tok, req.NodeId, claims)
+	if err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			return nil, deny("%s", r.reason)
+		}
+		return nil, err
+	}
+
+	notAfter := now.Add(s.cfg.NodeCertLifetime)
+	leaf, err := s.cfg.Authority.Issuer.Issue(pki.LeafRequest{
+		PublicKey: csr.PublicKey,
+		NodeID:    nodeID,
+		Role:      tok.Role,
+		Site:      tok.Site,
+		NotBefore: now.Add(-time.Minute),
+		NotAfter:  notAfter,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("issue certificate for node %s: %w", nodeID, err)
+	}
+	serial := serialHex(leaf)
+	td := s.cfg.Authority.TrustDomain
+	spiffeID := pki.NodeSPIFFEID(td, nodeID)
+	err = s.cfg.Store.CompleteJoin(ctx, store.Join{
+		TokenHash: hash[:],
+		Now:       now,
+		Reclaim:   reclaim,
+		Node: store.Node{
+			ID: nodeID, SPIFFEID: spiffeID, Role: tok.Role, Site: tok.Site,
+			State: store.StateActive, Generation: gen, Attestor: "token",
+			Claims: claims, DaemonVersion: capClaim(req.DaemonVersion),
+			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter,
+		},
+		Cert: store.Cert{Serial: serial, NodeID: nodeID, Generation: gen, Kind: "join", IssuedAt: now, NotAfter: leaf.NotAfter},
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return nil, deny("token or node id was taken by a concurrent join")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record join of node %s: %w", nodeID, err)
+	}
+	signed, err := s.signResult(csrHash[:], leaf, nodeID, tok.Role, tok.Site, gen)
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "node joined", keyNodeID, nodeID, keyTokenID, tok.ID,
+		"serial", serial, "reclaim", reclaim, "generation", gen, keyPeer, peerAddr(ctx))
+	_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: "token:" + tok.ID, Action: "join", Subject: nodeID,
+		Detail: fmt.Sprintf("serial %s generation %d reclaim %t", serial, gen, reclaim)})
+	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Signed{Signed: signed}}, nil
+}
+
+// chooseNode decides which node a token join makes or reclaims, following
+// the reclaim rules: a machine the control plane already knows (same
+// product UUID or serial) needs a token that allows reclaim.
+func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked string, claims store.Claims) (id string, reclaim bool, gen uint64, err error) {
+	st := j.s.cfg.Store
+	var known []store.Node
+	if claims.ProductUUID != "" || len(claims.Serials) > 0 {
+		known, err = st.NodesByClaims(ctx, claims.ProductUUID, claims.Serials)
+		if err != nil {
+			return "", false, 0, fmt.Errorf("look up nodes by claims: %w", err)
+		}
+	}
+	want := tok.NodeID
+	if want == "" {
+		want = asked
+	}
+	if len(known) > 0 {
+		old := known[0]
+		if !tok.AllowReclaim {
+			return "", false, 0, refuse("machine is already known as node %s (same product UUID or serial); the token does not allow reclaim", old.ID)
+		}
+		if want != "" && want != old.ID {
+			return "", false, 0, refuse("machine is known as node %s, the join asks for node %s", old.ID, want)
+		}
+		return old.ID, true, old.Generation + 1, nil
+	}
+	if want != "" {
+		old, err := st.GetNode(ctx, want)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return want, false, 1, nil
+		case err != nil:
+			return "", false, 0, fmt.Errorf("look up node %s: %w", want, err)
+		case tok.AllowReclaim && tok.NodeID == want:
+			return want, true, old.Generation + 1, nil
+		default:
+			return "", false, 0, refuse("node id %s is taken by another machine", want)
+		}
+	}
+	base := nodeIDFromHostname(claims.Hostname)
+	if _, err := st.GetNode(ctx, base); errors.Is(err, store.ErrNotFound) {
+		return base, false, 1, nil
+	} else if err != nil {
+		return "", false, 0, fmt.Errorf("look up node %s: %w", base, err)
+	}
+	return base + "-" + randomHex(3), false, 1, nil
+}
+
+func (s *Server) signResult(csrHash []byte, leaf *x509.Certificate, nodeID, role, site string, gen uint64) (*joinv1.SignedJoinResult, error) {
+	a := s.cfg.Authority
+	chain := make([][]byte, 0, 1+len(a.Issuer.Chain()))
+	chain = append(chain, leaf.Raw)
+	for _, c := range a.Issuer.Chain() {
+		chain = append(chain, c.Raw)
+	}
+	res := &joinv1.JoinResult{
+		CsrSha256:          csrHash,
+		Chain:              chain,
+		Roots:              [][]byte{a.Root.Raw},
+		NodeId:             nodeID,
+		SpiffeId:           pki.NodeSPIFFEID(a.TrustDomain, nodeID),
+		TrustDomain:        a.TrustDomain,
+		Role:               role,
+		Site:               site,
+		IdentityGeneration: gen,
+		ServerTimeUnixNano: s.cfg.Now().UnixNano(),
+	}
+	signed, err := pki.SignJoinResult(a.JoinSigner, res)
+	if err != nil {
+		return nil, fmt.Errorf("sign join result for node %s: %w", nodeID, err)
+	}
+	return signed, nil
+}
+
+// nodeIDFromHostname makes a valid node id from a claimed hostname.
+func nodeIDFromHostname(h string) string {
+	h = strings.ToLower(h)
+	if i := strings.IndexByte(h, '.'); i > 0 {
+		h = h[:i]
+	}
+	var b strings.Builder
+	for _, r := range h {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+		if b.Len() >= 40 {
+			break
+		}
+	}
+	id := strings.Trim(b.String(), "-")
+	if id == "" {
+		id = "node"
+	}
+	return id
+}
+
+func claimsFrom(c *joinv1.HardwareClaims) store.Claims {
+	if c == nil {
+		return store.Claims{}
+	}
+	var serials []string
+	for _, s := range []string{c.ProductSerial, c.BoardSerial, c.ChassisSerial} {
+		if s != "" {
+			serials = append(serials, capClaim(s))
+		}
+	}
+	return store.Claims{
+		ProductUUID: strings.ToLower(capClaim(c.ProductUuid)),
+		Serials:     serials,
+		MACs:        capList(c.Macs),
+		GPUUUIDs:    capList(c.GpuUuids),
+		Hostname:    capClaim(c.Hostname),
+		BootID:      capClaim(c.BootId),
+	}
+}
+
+// capClaim bounds an untrusted string before it is stored or logged.
+func capClaim(s string) string {
+	if len(s) > maxClaimBytes {
+		s = s[:maxClaimBytes]
+	}
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "?")
+	}
+	return s
+}
+
+func capList(in []string) []string {
+	if len(in) > maxClaimItems {
+		in = in[:maxClaimItems]
+	}
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		out = append(out, capClaim(s))
+	}
+	return out
+}
+
+func serialHex(c *x509.Certificate) string { return hex.EncodeToString(c.SerialNumber.Bytes()) }
+
+func newRequestID() string { return randomHex(8) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}

@@ -1,0 +1,137 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/nodetrust/nodetrust/api/adminv1"
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/store"
+)
+
+// Log attribute keys, defined once.
+const (
+	keyRequestID = "request_id"
+	keyNodeID    = "node_id"
+	keyTokenID   = "token_id"
+	keyReason    = "reason"
+	keyPeer      = "peer"
+	keyAdmin     = "admin"
+	keyHostname  = "claimed_hostname"
+)
+
+// Config is what a Server needs. New fills in the defaults.
+type Config struct {
+	Authority *pki.Authority
+	Store     store.Store
+	Logger    *slog.Logger
+	// NodeCertLifetime is the lifetime of issued node certificates.
+	NodeCertLifetime time.Duration
+	// TokenTTL is the default token lifetime; MaxTokenTTL the longest an
+	// admin may ask for.
+	TokenTTL    time.Duration
+	MaxTokenTTL time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Server holds the control plane's services.
+type Server struct {
+	cfg       Config
+	log       *slog.Logger
+	wellKnown []byte
+	clientCAs *x509.CertPool
+}
+
+// New checks cfg and builds a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Authority == nil || cfg.Store == nil {
+		return nil, errors.New("server: Authority and Store are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NodeCertLifetime <= 0 {
+		cfg.NodeCertLifetime = 24 * time.Hour
+	}
+	if cfg.TokenTTL <= 0 {
+		cfg.TokenTTL = time.Hour
+	}
+	if cfg.MaxTokenTTL <= 0 {
+		cfg.MaxTokenTTL = 30 * 24 * time.Hour
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	doc, err := WellKnownDocument(cfg.Authority)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cfg.Authority.ServingCA)
+	pool.AddCert(cfg.Authority.NodeCA)
+	return &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool}, nil
+}
+
+// TLSConfig is the serving TLS configuration: the serving certificate, and
+// client certificates verified when given (admins chain to the serving CA,
+// nodes to the node CA; each service checks which it needs).
+func (s *Server) TLSConfig() *tls.Config {
+	cert := s.cfg.Authority.ServingCert
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    s.clientCAs,
+		NextProtos:   []string{"h2"},
+	}
+}
+
+// GRPCServer builds the gRPC server with every service registered.
+func (s *Server) GRPCServer() *grpc.Server {
+	g := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(s.TLSConfig())),
+		grpc.ChainUnaryInterceptor(s.authorizeAdmin),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.MaxRecvMsgSize(1<<20),
+	)
+	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})
+	adminv1.RegisterAdminServer(g, &adminService{s: s})
+	return g
+}
+
+// Serve serves gRPC on ln until ctx is done, then stops gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	g := s.GRPCServer()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			stopped := make(chan struct{})
+			go func() { g.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				g.Stop()
+			}
+		case <-done:
+		}
+	}()
+	err := g.Serve(ln)
+	close(done)
+	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve gRPC on %s: %w", ln.Addr(), err)
+	}
+	return nil
+}
