@@ -57,6 +57,12 @@ type JoinConfig struct {
 	BackoffMin  time.Duration
 	BackoffMax  time.Duration
 	Now         func() time.Time
+	// Sleep waits between attempts; default: a timer that ends early when
+	// ctx is done. Tests record the waits through it.
+	Sleep func(ctx context.Context, d time.Duration) error
+
+	// pinErr reports a failed server identity check, which no retry mends.
+	pinErr func() error
 }
 
 // JoinResult tells what Join did.
@@ -83,6 +89,9 @@ func (c *JoinConfig) defaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.Sleep == nil {
+		c.Sleep = sleep
+	}
 }
 
 // Join creates the node's identity (seed 000, "What the join does"). On a
@@ -101,10 +110,11 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 		return nil, err
 	}
 
-	conn, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, nil)
+	conn, guard, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, nil)
 	if err != nil {
 		return nil, err
 	}
+	c.pinErr = guard.Err
 	defer conn.Close()
 	client := joinv1.NewJoinServiceClient(conn)
 
@@ -113,7 +123,7 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 	// any credential is read.
 	jwk := c.JWK
 	if jwk == nil {
-		jwk, err = fetchJWK(ctx, client, c.Pins)
+		jwk, err = fetchJWK(ctx, client, c)
 		if err != nil {
 			return nil, err
 		}
@@ -225,7 +235,7 @@ func joinRounds(ctx context.Context, client joinv1.JoinServiceClient, req *joinv
 			wait := max(time.Duration(r.Pending.RetryAfterMs)*time.Millisecond, time.Second)
 			c.Logger.InfoContext(ctx, "join pending: waiting for the control plane's approval", "retry_in", wait.String(), "message", r.Pending.Message)
 			req.DeferralId = r.Pending.DeferralId
-			if err := sleep(ctx, wait); err != nil {
+			if err := c.Sleep(ctx, wait); err != nil {
 				return nil, err
 			}
 		case *joinv1.JoinResponse_Challenge:
@@ -258,6 +268,11 @@ func callWithRetry[T any](ctx context.Context, c JoinConfig, f func(context.Cont
 		if err == nil {
 			return out, nil
 		}
+		if c.pinErr != nil {
+			if perr := c.pinErr(); perr != nil {
+				return zero, fmt.Errorf("the control plane at %s is not the one the pins name: %w", c.Server, perr)
+			}
+		}
 		st := status.Convert(err)
 		if st.Code() == codes.PermissionDenied {
 			return zero, ErrJoinRefused
@@ -272,7 +287,7 @@ func callWithRetry[T any](ctx context.Context, c JoinConfig, f func(context.Cont
 			backoff = min(backoff*2, c.BackoffMax)
 		}
 		c.Logger.WarnContext(ctx, "join failed, retrying", "attempt", attempt, "retry_in", wait.String(), "error", describe(st))
-		if err := sleep(ctx, wait); err != nil {
+		if err := c.Sleep(ctx, wait); err != nil {
 			return zero, err
 		}
 	}
@@ -321,8 +336,9 @@ type WellKnown struct {
 
 // fetchJWK reads the well-known document and returns its join encryption
 // key after checking that the document's pins are the ones given.
-func fetchJWK(ctx context.Context, client joinv1.JoinServiceClient, pins config.Pins) ([]byte, error) {
-	resp, err := callWithRetry(ctx, JoinConfig{MaxAttempts: 3, BackoffMin: 200 * time.Millisecond, BackoffMax: time.Second, Logger: slog.New(slog.DiscardHandler)},
+func fetchJWK(ctx context.Context, client joinv1.JoinServiceClient, c JoinConfig) ([]byte, error) {
+	pins := c.Pins
+	resp, err := callWithRetry(ctx, c,
 		func(ctx context.Context, opts ...grpc.CallOption) (*joinv1.GetWellKnownResponse, error) {
 			return client.GetWellKnown(ctx, &joinv1.GetWellKnownRequest{}, opts...)
 		})

@@ -35,7 +35,7 @@ func nodesListCommand() *cobra.Command {
 				return rpcError("list nodes", err)
 			}
 			if f.json {
-				return printJSON(cmd.OutOrStdout(), resp.Nodes)
+				return printJSON(cmd.OutOrStdout(), append([]*adminv1.Node{}, resp.Nodes...))
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NODE\tROLE\tSITE\tSTATE\tGEN\tHOSTNAME\tCERT EXPIRES")

@@ -84,7 +84,7 @@ func tokenListCommand() *cobra.Command {
 				return rpcError("list tokens", err)
 			}
 			if f.json {
-				return printJSON(cmd.OutOrStdout(), resp.Tokens)
+				return printJSON(cmd.OutOrStdout(), append([]*adminv1.Token{}, resp.Tokens...))
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tROLE\tSITE\tNODE\tRECLAIM\tEXPIRES\tUSED BY")
