@@ -37,10 +37,23 @@ type BCD struct {
 	JoinSigningKeyPin    string `toml:"join_signing_key_pin"`
 	JoinEncryptionKeyPin string `toml:"join_encryption_key_pin"`
 
+	Renewal Renewal `toml:"renewal"`
+
 	// Parsed pins, filled by Validate.
 	Pins Pins `toml:"-"`
 
 	path string
+}
+
+// Renewal tunes when the agent renews; the defaults follow the seed.
+type Renewal struct {
+	// Fraction of a certificate's lifetime after which it is renewed
+	// (default 0.6).
+	Fraction float64 `toml:"fraction"`
+	// BackoffMin and BackoffMax bound the wait after a failed renewal
+	// (default 30s and 10m).
+	BackoffMin Duration `toml:"backoff_min"`
+	BackoffMax Duration `toml:"backoff_max"`
 }
 
 // Pins are the three trust anchors a node starts from.
@@ -85,6 +98,12 @@ func (c *BCD) Validate() error {
 	}
 	if c.ServerName == "" {
 		c.ServerName, _, _ = net.SplitHostPort(c.Server)
+	}
+	if f := c.Renewal.Fraction; f != 0 && (f < 0.05 || f > 0.95) {
+		return fmt.Errorf("renewal.fraction: %g is outside 0.05..0.95", f)
+	}
+	if c.Renewal.BackoffMin.Duration < 0 || c.Renewal.BackoffMax.Duration < c.Renewal.BackoffMin.Duration && c.Renewal.BackoffMax.Duration != 0 {
+		return errors.New("renewal.backoff_min and backoff_max: want 0 <= backoff_min <= backoff_max")
 	}
 	var err error
 	if c.Pins, err = ParsePins(

@@ -29,6 +29,15 @@ type Fleetd struct {
 	// what `fleetd token create --ttl` may ask for.
 	TokenTTL    Duration `toml:"token_ttl"`
 	MaxTokenTTL Duration `toml:"max_token_ttl"`
+	// RenewalLimit renewals per node are allowed in any RenewalWindow
+	// (default 6 per hour).
+	RenewalLimit  int      `toml:"renewal_limit"`
+	RenewalWindow Duration `toml:"renewal_window"`
+	// RamdiskRoles name roles whose certificates live at most 2h
+	// (default ["ramdisk"]).
+	RamdiskRoles []string `toml:"ramdisk_roles"`
+	// PendingPoll is how often a node waiting for approval polls.
+	PendingPoll Duration `toml:"pending_poll"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
 	Store    Store  `toml:"store"`
@@ -49,7 +58,7 @@ type Store struct {
 // Limits on node certificate lifetimes (DESIGN.md section 2).
 const (
 	MaxNodeCertLifetime = 24 * time.Hour
-	MinNodeCertLifetime = 10 * time.Second
+	MinNodeCertLifetime = 2 * time.Second
 )
 
 // LoadFleetd reads and validates fleetd.toml.
@@ -90,6 +99,18 @@ func (c *Fleetd) applyDefaults() {
 	if c.MaxTokenTTL.Duration == 0 {
 		c.MaxTokenTTL.Duration = 30 * 24 * time.Hour
 	}
+	if c.RenewalLimit == 0 {
+		c.RenewalLimit = 6
+	}
+	if c.RenewalWindow.Duration == 0 {
+		c.RenewalWindow.Duration = time.Hour
+	}
+	if c.RamdiskRoles == nil {
+		c.RamdiskRoles = []string{"ramdisk"}
+	}
+	if c.PendingPoll.Duration == 0 {
+		c.PendingPoll.Duration = 2 * time.Second
+	}
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
@@ -122,6 +143,15 @@ func (c *Fleetd) Validate() error {
 	}
 	if c.TokenTTL.Duration <= 0 || c.TokenTTL.Duration > c.MaxTokenTTL.Duration {
 		return fmt.Errorf("token_ttl: %s must be positive and at most max_token_ttl (%s)", c.TokenTTL.Duration, c.MaxTokenTTL.Duration)
+	}
+	if c.RenewalLimit < 1 {
+		return fmt.Errorf("renewal_limit: %d must be at least 1", c.RenewalLimit)
+	}
+	if c.RenewalWindow.Duration <= 0 {
+		return errors.New("renewal_window must be positive")
+	}
+	if c.PendingPoll.Duration < time.Second {
+		return fmt.Errorf("pending_poll: %s is shorter than the 1s nodes wait at least", c.PendingPoll.Duration)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -89,9 +89,6 @@ func (a *adminService) CreateToken(ctx context.Context, req *adminv1.CreateToken
 			return nil, status.Errorf(codes.InvalidArgument, "node id %q: %v", req.NodeId, err)
 		}
 	}
-	if req.RequireApproval {
-		return nil, status.Error(codes.Unimplemented, "tokens that require approval are not supported yet")
-	}
 	ttl := s.cfg.TokenTTL
 	if req.TtlSeconds < 0 {
 		return nil, status.Error(codes.InvalidArgument, "ttl must be positive")
@@ -200,4 +197,73 @@ func nodeInfo(n store.Node) *adminv1.Node {
 		GpuUuids: n.Claims.GPUUUIDs, DaemonVersion: n.DaemonVersion, JoinedUnix: unix(n.JoinedAt),
 		LastSeenUnix: unix(n.LastSeen), CertSerial: n.CertSerial, CertNotAfterUnix: unix(n.CertNotAfter),
 	}
+}
+
+func (a *adminService) RevokeNode(ctx context.Context, req *adminv1.RevokeNodeRequest) (*adminv1.RevokeNodeResponse, error) {
+	reason, err := revokeReason(req.Reason)
+	if err != nil {
+		return nil, err
+	}
+	gen, serials, notified, err := a.s.revokeNode(ctx, req.Id, reason, false)
+	if err != nil {
+		return nil, a.s.storeError(ctx, "revoke node "+req.Id, err)
+	}
+	return &adminv1.RevokeNodeResponse{IdentityGeneration: gen, RevokedSerials: serials, SessionNotified: notified}, nil
+}
+
+func (a *adminService) DeleteNode(ctx context.Context, req *adminv1.DeleteNodeRequest) (*adminv1.DeleteNodeResponse, error) {
+	reason := req.Reason
+	if reason == "" {
+		reason = "node deleted"
+	}
+	reason, err := revokeReason(reason)
+	if err != nil {
+		return nil, err
+	}
+	_, serials, notified, err := a.s.revokeNode(ctx, req.Id, reason, true)
+	if err != nil {
+		return nil, a.s.storeError(ctx, "delete node "+req.Id, err)
+	}
+	return &adminv1.DeleteNodeResponse{RevokedSerials: serials, SessionNotified: notified}, nil
+}
+
+// revokeReason checks an operator's reason: required, one line, bounded.
+func revokeReason(r string) (string, error) {
+	r = strings.TrimSpace(r)
+	switch {
+	case r == "":
+		return "", status.Error(codes.InvalidArgument, "a revocation needs a reason (--reason)")
+	case len(r) > 256 || strings.ContainsAny(r, "\n\r"):
+		return "", status.Error(codes.InvalidArgument, "the reason must be one line of at most 256 bytes")
+	}
+	return r, nil
+}
+
+func (a *adminService) ApproveNode(ctx context.Context, req *adminv1.ApproveNodeRequest) (*adminv1.ApproveNodeResponse, error) {
+	now := a.s.cfg.Now()
+	ps, err := a.s.cfg.Store.ApprovePending(ctx, req.Id, adminName(ctx), now)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, status.Errorf(codes.NotFound, "no join of node %s is waiting for approval (see fleetd nodes pending)", req.Id)
+	}
+	if err != nil {
+		return nil, a.s.storeError(ctx, "approve node "+req.Id, err)
+	}
+	_ = a.s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: actorOf(ctx), Action: "node.approve", Subject: req.Id, Detail: fmt.Sprintf("%d pending joins approved", len(ps))})
+	a.s.log.InfoContext(ctx, "join approved", keyNodeID, req.Id, keyAdmin, adminName(ctx))
+	return &adminv1.ApproveNodeResponse{Approved: uint32(len(ps))}, nil
+}
+
+func (a *adminService) ListPending(ctx context.Context, _ *adminv1.ListPendingRequest) (*adminv1.ListPendingResponse, error) {
+	ps, err := a.s.cfg.Store.ListPending(ctx, a.s.cfg.Now())
+	if err != nil {
+		return nil, a.s.storeError(ctx, "list pending joins", err)
+	}
+	out := &adminv1.ListPendingResponse{}
+	for _, p := range ps {
+		out.Pending = append(out.Pending, &adminv1.PendingJoin{
+			NodeId: p.NodeID, Role: p.Role, Site: p.Site, Hostname: p.Claims.Hostname, TokenId: p.TokenID,
+			CreatedUnix: unix(p.CreatedAt), ExpiresUnix: unix(p.ExpiresAt), Approved: !p.ApprovedAt.IsZero(),
+		})
+	}
+	return out, nil
 }

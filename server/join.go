@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -94,9 +95,6 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	default:
 		return nil, refuse("attestor %q is not supported", capClaim(req.Attestor))
 	}
-	if req.DeferralId != "" {
-		return nil, refuse("unknown deferral")
-	}
 	secret, err := s.cfg.Authority.JoinEncryption.OpenToken(csrHash[:], req.SealedToken)
 	if err != nil {
 		return nil, refuse("sealed token does not open for this CSR: %v", err)
@@ -123,8 +121,8 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 		return nil, deny("token expired at %s", tok.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
 	case req.Role != "" && req.Role != tok.Role:
 		return nil, deny("token is for role %q, the request asks for role %q", tok.Role, capClaim(req.Role))
-	case tok.RequireApproval:
-		return nil, deny("token requires approval, which this server does not offer yet")
+	case req.DeferralId != "" && !tok.RequireApproval:
+		return nil, deny("a deferral id for a token that needs no approval")
 	}
 	if req.NodeId != "" {
 		if err := pki.ValidNodeID(req.NodeId); err != nil {
@@ -136,7 +134,24 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	}
 	claims := claimsFrom(req.Claims)
 
-	nodeID, reclaim, gen, err := j.chooseNode(ctx, tok, req.NodeId, claims)
+	asked := req.NodeId
+	var pending store.Pending
+	if req.DeferralId != "" {
+		pending, err = s.cfg.Store.GetPending(ctx, req.DeferralId)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, deny("unknown deferral")
+		case err != nil:
+			return nil, fmt.Errorf("look up deferral: %w", err)
+		case !bytes.Equal(pending.CSRHash, csrHash[:]) || !bytes.Equal(pending.TokenHash, hash[:]):
+			return nil, deny("the deferral belongs to another request")
+		case !now.Before(pending.ExpiresAt):
+			return nil, deny("the pending join expired at %s", pending.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+		asked = pending.NodeID
+	}
+
+	nodeID, reclaim, gen, err := j.chooseNode(ctx, tok, asked, claims)
 	if err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
@@ -145,13 +160,38 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 		return nil, err
 	}
 
-	notAfter := now.Add(s.cfg.NodeCertLifetime)
+	if tok.RequireApproval {
+		if pending.ID == "" {
+			pending = store.Pending{
+				ID: randomHex(16), TokenHash: hash[:], TokenID: tok.ID, CSRHash: csrHash[:],
+				NodeID: nodeID, Role: tok.Role, Site: tok.Site, Claims: claims,
+				CreatedAt: now, ExpiresAt: tok.ExpiresAt,
+			}
+			if err := s.cfg.Store.CreatePending(ctx, pending); err != nil {
+				return nil, fmt.Errorf("store pending join of node %s: %w", nodeID, err)
+			}
+			s.log.InfoContext(ctx, "join waiting for approval", keyNodeID, nodeID, keyTokenID, tok.ID, keyPeer, peerAddr(ctx))
+		}
+		if pending.NodeID != nodeID {
+			return nil, deny("the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
+		}
+		if pending.ApprovedAt.IsZero() {
+			return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
+				DeferralId:   pending.ID,
+				RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
+				Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", nodeID, nodeID),
+			}}}, nil
+		}
+	}
+
+	lifetime := s.lifetimeFor(tok.Role)
+	notAfter := now.Add(lifetime)
 	leaf, err := s.cfg.Authority.Issuer.Issue(pki.LeafRequest{
 		PublicKey: csr.PublicKey,
 		NodeID:    nodeID,
 		Role:      tok.Role,
 		Site:      tok.Site,
-		NotBefore: now.Add(-time.Minute),
+		NotBefore: now.Add(-backdate(lifetime)),
 		NotAfter:  notAfter,
 	})
 	if err != nil {
@@ -162,6 +202,7 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	spiffeID := pki.NodeSPIFFEID(td, nodeID)
 	err = s.cfg.Store.CompleteJoin(ctx, store.Join{
 		TokenHash: hash[:],
+		PendingID: pending.ID,
 		Now:       now,
 		Reclaim:   reclaim,
 		Node: store.Node{

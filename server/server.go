@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
+	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/store"
@@ -42,6 +43,18 @@ type Config struct {
 	// admin may ask for.
 	TokenTTL    time.Duration
 	MaxTokenTTL time.Duration
+	// RenewalLimit renewals per node are allowed in any RenewalWindow
+	// (default 6 per hour); more are answered RESOURCE_EXHAUSTED with a
+	// pushback.
+	RenewalLimit  int
+	RenewalWindow time.Duration
+	// RamdiskRoles are roles whose certificates live at most two hours.
+	RamdiskRoles []string
+	// PendingPoll is how often a node waiting for approval asks again.
+	PendingPoll time.Duration
+	// ProbeTimeout is how long an older session of a node may take to
+	// answer a probe before a new process's session replaces it.
+	ProbeTimeout time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -49,6 +62,7 @@ type Config struct {
 // Server holds the control plane's services.
 type Server struct {
 	cfg       Config
+	sessions  *sessions
 	log       *slog.Logger
 	wellKnown []byte
 	clientCAs *x509.CertPool
@@ -71,6 +85,21 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxTokenTTL <= 0 {
 		cfg.MaxTokenTTL = 30 * 24 * time.Hour
 	}
+	if cfg.RenewalLimit <= 0 {
+		cfg.RenewalLimit = 6
+	}
+	if cfg.RenewalWindow <= 0 {
+		cfg.RenewalWindow = time.Hour
+	}
+	if cfg.RamdiskRoles == nil {
+		cfg.RamdiskRoles = []string{"ramdisk"}
+	}
+	if cfg.PendingPoll <= 0 {
+		cfg.PendingPoll = 2 * time.Second
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 3 * time.Second
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -81,7 +110,7 @@ func New(cfg Config) (*Server, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(cfg.Authority.ServingCA)
 	pool.AddCert(cfg.Authority.NodeCA)
-	return &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool}, nil
+	return &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions()}, nil
 }
 
 // TLSConfig is the serving TLS configuration: the serving certificate, and
@@ -104,10 +133,13 @@ func (s *Server) GRPCServer() *grpc.Server {
 		grpc.Creds(credentials.NewTLS(s.TLSConfig())),
 		grpc.ChainUnaryInterceptor(s.authorizeAdmin),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Find connections of nodes that vanished (a reboot sends no FIN).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
 		grpc.MaxRecvMsgSize(1<<20),
 	)
 	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})
 	adminv1.RegisterAdminServer(g, &adminService{s: s})
+	gatewayv1.RegisterGatewayServer(g, &gateway{s: s})
 	return g
 }
 

@@ -60,5 +60,5 @@ func (s *Server) HTTPHandler() http.Handler {
 }
 
 func (j *joinService) GetWellKnown(context.Context, *joinv1.GetWellKnownRequest) (*joinv1.GetWellKnownResponse, error) {
-	return &joinv1.GetWellKnownResponse{Document: j.s.wellKnown}, nil
+	return &joinv1.GetWellKnownResponse{Document: j.s.wellKnown, ServerTimeUnixNano: j.s.cfg.Now().UnixNano()}, nil
 }

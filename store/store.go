@@ -88,8 +88,31 @@ type Cert struct {
 	RevokedReason string
 }
 
+// Pending is a token join waiting for an owner's approval. The token is
+// spent only when the approved join completes.
+type Pending struct {
+	// ID is the deferral id the node polls with; random, unguessable.
+	ID        string
+	TokenHash []byte
+	TokenID   string
+	// CSRHash binds the pending join to the node's request: a poll with
+	// another CSR does not continue it.
+	CSRHash    []byte
+	NodeID     string
+	Role       string
+	Site       string
+	Claims     Claims
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	ApprovedAt time.Time // zero until approved
+	ApprovedBy string
+}
+
 // Join is everything one successful join writes, atomically.
 type Join struct {
+	// PendingID, when set, names the approved pending join this completes;
+	// it is removed in the same transaction.
+	PendingID string
 	// TokenHash names the token this join spends; nil for attestors
 	// without a token. The token must be unused and unexpired at Now, or
 	// CompleteJoin fails with ErrConflict and writes nothing.
@@ -141,6 +164,9 @@ type Store interface {
 	GetCert(ctx context.Context, serial string) (Cert, error)
 	// CountCerts counts the certificates of a node issued at or after since.
 	CountCerts(ctx context.Context, nodeID string, since time.Time) (int, error)
+	// RenewalTimes returns the IssuedAt times of the node's certificates of
+	// kind "renew" issued at or after since, oldest first.
+	RenewalTimes(ctx context.Context, nodeID string, since time.Time) ([]time.Time, error)
 	// RevokeNode raises the node's generation, sets its state to
 	// StateRevoked and marks all its unrevoked certificates revoked with
 	// reason. It returns the new generation and the serials it revoked.
@@ -148,6 +174,19 @@ type Store interface {
 	// DeleteNode revokes as RevokeNode does, then removes the node record;
 	// its certificate records stay, revoked.
 	DeleteNode(ctx context.Context, id, reason string, now time.Time) ([]string, error)
+
+	// CreatePending stores a join waiting for approval; ErrConflict if
+	// its ID exists.
+	CreatePending(ctx context.Context, p Pending) error
+	// GetPending returns one pending join by ID; ErrNotFound if none.
+	GetPending(ctx context.Context, id string) (Pending, error)
+	// ListPending returns the pending joins that have not expired at now,
+	// oldest first.
+	ListPending(ctx context.Context, now time.Time) ([]Pending, error)
+	// ApprovePending marks the unexpired, unapproved pending joins for
+	// nodeID approved by by at now and returns them; ErrNotFound if there
+	// is none.
+	ApprovePending(ctx context.Context, nodeID, by string, now time.Time) ([]Pending, error)
 
 	// AppendAudit adds an audit event.
 	AppendAudit(ctx context.Context, e AuditEvent) error

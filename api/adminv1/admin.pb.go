@@ -710,6 +710,491 @@ func (x *GetNodeResponse) GetNode() *Node {
 	return nil
 }
 
+type RevokeNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeNodeRequest) Reset() {
+	*x = RevokeNodeRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeNodeRequest) ProtoMessage() {}
+
+func (x *RevokeNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeNodeRequest.ProtoReflect.Descriptor instead.
+func (*RevokeNodeRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RevokeNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RevokeNodeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RevokeNodeResponse struct {
+	state              protoimpl.MessageState `protogen:"open.v1"`
+	IdentityGeneration uint64                 `protobuf:"varint,1,opt,name=identity_generation,json=identityGeneration,proto3" json:"identity_generation,omitempty"`
+	RevokedSerials     []string               `protobuf:"bytes,2,rep,name=revoked_serials,json=revokedSerials,proto3" json:"revoked_serials,omitempty"`
+	// Whether a live session received the notice on this server.
+	SessionNotified bool `protobuf:"varint,3,opt,name=session_notified,json=sessionNotified,proto3" json:"session_notified,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *RevokeNodeResponse) Reset() {
+	*x = RevokeNodeResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeNodeResponse) ProtoMessage() {}
+
+func (x *RevokeNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeNodeResponse.ProtoReflect.Descriptor instead.
+func (*RevokeNodeResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *RevokeNodeResponse) GetIdentityGeneration() uint64 {
+	if x != nil {
+		return x.IdentityGeneration
+	}
+	return 0
+}
+
+func (x *RevokeNodeResponse) GetRevokedSerials() []string {
+	if x != nil {
+		return x.RevokedSerials
+	}
+	return nil
+}
+
+func (x *RevokeNodeResponse) GetSessionNotified() bool {
+	if x != nil {
+		return x.SessionNotified
+	}
+	return false
+}
+
+type DeleteNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteNodeRequest) Reset() {
+	*x = DeleteNodeRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteNodeRequest) ProtoMessage() {}
+
+func (x *DeleteNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteNodeRequest.ProtoReflect.Descriptor instead.
+func (*DeleteNodeRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DeleteNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *DeleteNodeRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type DeleteNodeResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	RevokedSerials  []string               `protobuf:"bytes,1,rep,name=revoked_serials,json=revokedSerials,proto3" json:"revoked_serials,omitempty"`
+	SessionNotified bool                   `protobuf:"varint,2,opt,name=session_notified,json=sessionNotified,proto3" json:"session_notified,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DeleteNodeResponse) Reset() {
+	*x = DeleteNodeResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteNodeResponse) ProtoMessage() {}
+
+func (x *DeleteNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteNodeResponse.ProtoReflect.Descriptor instead.
+func (*DeleteNodeResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DeleteNodeResponse) GetRevokedSerials() []string {
+	if x != nil {
+		return x.RevokedSerials
+	}
+	return nil
+}
+
+func (x *DeleteNodeResponse) GetSessionNotified() bool {
+	if x != nil {
+		return x.SessionNotified
+	}
+	return false
+}
+
+type ApproveNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveNodeRequest) Reset() {
+	*x = ApproveNodeRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveNodeRequest) ProtoMessage() {}
+
+func (x *ApproveNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveNodeRequest.ProtoReflect.Descriptor instead.
+func (*ApproveNodeRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ApproveNodeRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type ApproveNodeResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Approved      uint32                 `protobuf:"varint,1,opt,name=approved,proto3" json:"approved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApproveNodeResponse) Reset() {
+	*x = ApproveNodeResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApproveNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApproveNodeResponse) ProtoMessage() {}
+
+func (x *ApproveNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApproveNodeResponse.ProtoReflect.Descriptor instead.
+func (*ApproveNodeResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ApproveNodeResponse) GetApproved() uint32 {
+	if x != nil {
+		return x.Approved
+	}
+	return 0
+}
+
+type PendingJoin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Role          string                 `protobuf:"bytes,2,opt,name=role,proto3" json:"role,omitempty"`
+	Site          string                 `protobuf:"bytes,3,opt,name=site,proto3" json:"site,omitempty"`
+	Hostname      string                 `protobuf:"bytes,4,opt,name=hostname,proto3" json:"hostname,omitempty"`
+	TokenId       string                 `protobuf:"bytes,5,opt,name=token_id,json=tokenId,proto3" json:"token_id,omitempty"`
+	CreatedUnix   int64                  `protobuf:"varint,6,opt,name=created_unix,json=createdUnix,proto3" json:"created_unix,omitempty"`
+	ExpiresUnix   int64                  `protobuf:"varint,7,opt,name=expires_unix,json=expiresUnix,proto3" json:"expires_unix,omitempty"`
+	Approved      bool                   `protobuf:"varint,8,opt,name=approved,proto3" json:"approved,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PendingJoin) Reset() {
+	*x = PendingJoin{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PendingJoin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PendingJoin) ProtoMessage() {}
+
+func (x *PendingJoin) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PendingJoin.ProtoReflect.Descriptor instead.
+func (*PendingJoin) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PendingJoin) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *PendingJoin) GetRole() string {
+	if x != nil {
+		return x.Role
+	}
+	return ""
+}
+
+func (x *PendingJoin) GetSite() string {
+	if x != nil {
+		return x.Site
+	}
+	return ""
+}
+
+func (x *PendingJoin) GetHostname() string {
+	if x != nil {
+		return x.Hostname
+	}
+	return ""
+}
+
+func (x *PendingJoin) GetTokenId() string {
+	if x != nil {
+		return x.TokenId
+	}
+	return ""
+}
+
+func (x *PendingJoin) GetCreatedUnix() int64 {
+	if x != nil {
+		return x.CreatedUnix
+	}
+	return 0
+}
+
+func (x *PendingJoin) GetExpiresUnix() int64 {
+	if x != nil {
+		return x.ExpiresUnix
+	}
+	return 0
+}
+
+func (x *PendingJoin) GetApproved() bool {
+	if x != nil {
+		return x.Approved
+	}
+	return false
+}
+
+type ListPendingRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingRequest) Reset() {
+	*x = ListPendingRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingRequest) ProtoMessage() {}
+
+func (x *ListPendingRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingRequest.ProtoReflect.Descriptor instead.
+func (*ListPendingRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{17}
+}
+
+type ListPendingResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pending       []*PendingJoin         `protobuf:"bytes,1,rep,name=pending,proto3" json:"pending,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPendingResponse) Reset() {
+	*x = ListPendingResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPendingResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPendingResponse) ProtoMessage() {}
+
+func (x *ListPendingResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPendingResponse.ProtoReflect.Descriptor instead.
+func (*ListPendingResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ListPendingResponse) GetPending() []*PendingJoin {
+	if x != nil {
+		return x.Pending
+	}
+	return nil
+}
+
 var File_nodetrust_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
@@ -771,13 +1256,48 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\x0eGetNodeRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"?\n" +
 	"\x0fGetNodeResponse\x12,\n" +
-	"\x04node\x18\x01 \x01(\v2\x18.nodetrust.admin.v1.NodeR\x04node2\xf2\x02\n" +
+	"\x04node\x18\x01 \x01(\v2\x18.nodetrust.admin.v1.NodeR\x04node\";\n" +
+	"\x11RevokeNodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x99\x01\n" +
+	"\x12RevokeNodeResponse\x12/\n" +
+	"\x13identity_generation\x18\x01 \x01(\x04R\x12identityGeneration\x12'\n" +
+	"\x0frevoked_serials\x18\x02 \x03(\tR\x0erevokedSerials\x12)\n" +
+	"\x10session_notified\x18\x03 \x01(\bR\x0fsessionNotified\";\n" +
+	"\x11DeleteNodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"h\n" +
+	"\x12DeleteNodeResponse\x12'\n" +
+	"\x0frevoked_serials\x18\x01 \x03(\tR\x0erevokedSerials\x12)\n" +
+	"\x10session_notified\x18\x02 \x01(\bR\x0fsessionNotified\"$\n" +
+	"\x12ApproveNodeRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"1\n" +
+	"\x13ApproveNodeResponse\x12\x1a\n" +
+	"\bapproved\x18\x01 \x01(\rR\bapproved\"\xe7\x01\n" +
+	"\vPendingJoin\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04role\x18\x02 \x01(\tR\x04role\x12\x12\n" +
+	"\x04site\x18\x03 \x01(\tR\x04site\x12\x1a\n" +
+	"\bhostname\x18\x04 \x01(\tR\bhostname\x12\x19\n" +
+	"\btoken_id\x18\x05 \x01(\tR\atokenId\x12!\n" +
+	"\fcreated_unix\x18\x06 \x01(\x03R\vcreatedUnix\x12!\n" +
+	"\fexpires_unix\x18\a \x01(\x03R\vexpiresUnix\x12\x1a\n" +
+	"\bapproved\x18\b \x01(\bR\bapproved\"\x14\n" +
+	"\x12ListPendingRequest\"P\n" +
+	"\x13ListPendingResponse\x129\n" +
+	"\apending\x18\x01 \x03(\v2\x1f.nodetrust.admin.v1.PendingJoinR\apending2\xec\x05\n" +
 	"\x05Admin\x12^\n" +
 	"\vCreateToken\x12&.nodetrust.admin.v1.CreateTokenRequest\x1a'.nodetrust.admin.v1.CreateTokenResponse\x12[\n" +
 	"\n" +
 	"ListTokens\x12%.nodetrust.admin.v1.ListTokensRequest\x1a&.nodetrust.admin.v1.ListTokensResponse\x12X\n" +
 	"\tListNodes\x12$.nodetrust.admin.v1.ListNodesRequest\x1a%.nodetrust.admin.v1.ListNodesResponse\x12R\n" +
-	"\aGetNode\x12\".nodetrust.admin.v1.GetNodeRequest\x1a#.nodetrust.admin.v1.GetNodeResponseB,Z*github.com/nodetrust/nodetrust/api/adminv1b\x06proto3"
+	"\aGetNode\x12\".nodetrust.admin.v1.GetNodeRequest\x1a#.nodetrust.admin.v1.GetNodeResponse\x12[\n" +
+	"\n" +
+	"RevokeNode\x12%.nodetrust.admin.v1.RevokeNodeRequest\x1a&.nodetrust.admin.v1.RevokeNodeResponse\x12[\n" +
+	"\n" +
+	"DeleteNode\x12%.nodetrust.admin.v1.DeleteNodeRequest\x1a&.nodetrust.admin.v1.DeleteNodeResponse\x12^\n" +
+	"\vApproveNode\x12&.nodetrust.admin.v1.ApproveNodeRequest\x1a'.nodetrust.admin.v1.ApproveNodeResponse\x12^\n" +
+	"\vListPending\x12&.nodetrust.admin.v1.ListPendingRequest\x1a'.nodetrust.admin.v1.ListPendingResponseB,Z*github.com/nodetrust/nodetrust/api/adminv1b\x06proto3"
 
 var (
 	file_nodetrust_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -791,7 +1311,7 @@ func file_nodetrust_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_nodetrust_admin_v1_admin_proto_rawDescData
 }
 
-var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*CreateTokenRequest)(nil),  // 0: nodetrust.admin.v1.CreateTokenRequest
 	(*CreateTokenResponse)(nil), // 1: nodetrust.admin.v1.CreateTokenResponse
@@ -803,25 +1323,43 @@ var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*ListNodesResponse)(nil),   // 7: nodetrust.admin.v1.ListNodesResponse
 	(*GetNodeRequest)(nil),      // 8: nodetrust.admin.v1.GetNodeRequest
 	(*GetNodeResponse)(nil),     // 9: nodetrust.admin.v1.GetNodeResponse
+	(*RevokeNodeRequest)(nil),   // 10: nodetrust.admin.v1.RevokeNodeRequest
+	(*RevokeNodeResponse)(nil),  // 11: nodetrust.admin.v1.RevokeNodeResponse
+	(*DeleteNodeRequest)(nil),   // 12: nodetrust.admin.v1.DeleteNodeRequest
+	(*DeleteNodeResponse)(nil),  // 13: nodetrust.admin.v1.DeleteNodeResponse
+	(*ApproveNodeRequest)(nil),  // 14: nodetrust.admin.v1.ApproveNodeRequest
+	(*ApproveNodeResponse)(nil), // 15: nodetrust.admin.v1.ApproveNodeResponse
+	(*PendingJoin)(nil),         // 16: nodetrust.admin.v1.PendingJoin
+	(*ListPendingRequest)(nil),  // 17: nodetrust.admin.v1.ListPendingRequest
+	(*ListPendingResponse)(nil), // 18: nodetrust.admin.v1.ListPendingResponse
 }
 var file_nodetrust_admin_v1_admin_proto_depIdxs = []int32{
-	2, // 0: nodetrust.admin.v1.CreateTokenResponse.info:type_name -> nodetrust.admin.v1.Token
-	2, // 1: nodetrust.admin.v1.ListTokensResponse.tokens:type_name -> nodetrust.admin.v1.Token
-	5, // 2: nodetrust.admin.v1.ListNodesResponse.nodes:type_name -> nodetrust.admin.v1.Node
-	5, // 3: nodetrust.admin.v1.GetNodeResponse.node:type_name -> nodetrust.admin.v1.Node
-	0, // 4: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
-	3, // 5: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
-	6, // 6: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
-	8, // 7: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
-	1, // 8: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
-	4, // 9: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
-	7, // 10: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
-	9, // 11: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	2,  // 0: nodetrust.admin.v1.CreateTokenResponse.info:type_name -> nodetrust.admin.v1.Token
+	2,  // 1: nodetrust.admin.v1.ListTokensResponse.tokens:type_name -> nodetrust.admin.v1.Token
+	5,  // 2: nodetrust.admin.v1.ListNodesResponse.nodes:type_name -> nodetrust.admin.v1.Node
+	5,  // 3: nodetrust.admin.v1.GetNodeResponse.node:type_name -> nodetrust.admin.v1.Node
+	16, // 4: nodetrust.admin.v1.ListPendingResponse.pending:type_name -> nodetrust.admin.v1.PendingJoin
+	0,  // 5: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
+	3,  // 6: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
+	6,  // 7: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
+	8,  // 8: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
+	10, // 9: nodetrust.admin.v1.Admin.RevokeNode:input_type -> nodetrust.admin.v1.RevokeNodeRequest
+	12, // 10: nodetrust.admin.v1.Admin.DeleteNode:input_type -> nodetrust.admin.v1.DeleteNodeRequest
+	14, // 11: nodetrust.admin.v1.Admin.ApproveNode:input_type -> nodetrust.admin.v1.ApproveNodeRequest
+	17, // 12: nodetrust.admin.v1.Admin.ListPending:input_type -> nodetrust.admin.v1.ListPendingRequest
+	1,  // 13: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
+	4,  // 14: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
+	7,  // 15: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
+	9,  // 16: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
+	11, // 17: nodetrust.admin.v1.Admin.RevokeNode:output_type -> nodetrust.admin.v1.RevokeNodeResponse
+	13, // 18: nodetrust.admin.v1.Admin.DeleteNode:output_type -> nodetrust.admin.v1.DeleteNodeResponse
+	15, // 19: nodetrust.admin.v1.Admin.ApproveNode:output_type -> nodetrust.admin.v1.ApproveNodeResponse
+	18, // 20: nodetrust.admin.v1.Admin.ListPending:output_type -> nodetrust.admin.v1.ListPendingResponse
+	13, // [13:21] is the sub-list for method output_type
+	5,  // [5:13] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_admin_v1_admin_proto_init() }
@@ -835,7 +1373,7 @@ func file_nodetrust_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_admin_v1_admin_proto_rawDesc), len(file_nodetrust_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,10 @@ const (
 	Admin_ListTokens_FullMethodName  = "/nodetrust.admin.v1.Admin/ListTokens"
 	Admin_ListNodes_FullMethodName   = "/nodetrust.admin.v1.Admin/ListNodes"
 	Admin_GetNode_FullMethodName     = "/nodetrust.admin.v1.Admin/GetNode"
+	Admin_RevokeNode_FullMethodName  = "/nodetrust.admin.v1.Admin/RevokeNode"
+	Admin_DeleteNode_FullMethodName  = "/nodetrust.admin.v1.Admin/DeleteNode"
+	Admin_ApproveNode_FullMethodName = "/nodetrust.admin.v1.Admin/ApproveNode"
+	Admin_ListPending_FullMethodName = "/nodetrust.admin.v1.Admin/ListPending"
 )
 
 // AdminClient is the client API for Admin service.
@@ -36,6 +40,15 @@ type AdminClient interface {
 	ListTokens(ctx context.Context, in *ListTokensRequest, opts ...grpc.CallOption) (*ListTokensResponse, error)
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	GetNode(ctx context.Context, in *GetNodeRequest, opts ...grpc.CallOption) (*GetNodeResponse, error)
+	// RevokeNode raises the node's identity generation, revokes its
+	// certificates and ends its live session with a RevocationNotice.
+	RevokeNode(ctx context.Context, in *RevokeNodeRequest, opts ...grpc.CallOption) (*RevokeNodeResponse, error)
+	// DeleteNode revokes as RevokeNode does and removes the node.
+	DeleteNode(ctx context.Context, in *DeleteNodeRequest, opts ...grpc.CallOption) (*DeleteNodeResponse, error)
+	// ApproveNode approves the pending joins of a node id.
+	ApproveNode(ctx context.Context, in *ApproveNodeRequest, opts ...grpc.CallOption) (*ApproveNodeResponse, error)
+	// ListPending lists joins waiting for approval.
+	ListPending(ctx context.Context, in *ListPendingRequest, opts ...grpc.CallOption) (*ListPendingResponse, error)
 }
 
 type adminClient struct {
@@ -86,6 +99,46 @@ func (c *adminClient) GetNode(ctx context.Context, in *GetNodeRequest, opts ...g
 	return out, nil
 }
 
+func (c *adminClient) RevokeNode(ctx context.Context, in *RevokeNodeRequest, opts ...grpc.CallOption) (*RevokeNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeNodeResponse)
+	err := c.cc.Invoke(ctx, Admin_RevokeNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) DeleteNode(ctx context.Context, in *DeleteNodeRequest, opts ...grpc.CallOption) (*DeleteNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteNodeResponse)
+	err := c.cc.Invoke(ctx, Admin_DeleteNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ApproveNode(ctx context.Context, in *ApproveNodeRequest, opts ...grpc.CallOption) (*ApproveNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApproveNodeResponse)
+	err := c.cc.Invoke(ctx, Admin_ApproveNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) ListPending(ctx context.Context, in *ListPendingRequest, opts ...grpc.CallOption) (*ListPendingResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPendingResponse)
+	err := c.cc.Invoke(ctx, Admin_ListPending_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -94,6 +147,15 @@ type AdminServer interface {
 	ListTokens(context.Context, *ListTokensRequest) (*ListTokensResponse, error)
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	GetNode(context.Context, *GetNodeRequest) (*GetNodeResponse, error)
+	// RevokeNode raises the node's identity generation, revokes its
+	// certificates and ends its live session with a RevocationNotice.
+	RevokeNode(context.Context, *RevokeNodeRequest) (*RevokeNodeResponse, error)
+	// DeleteNode revokes as RevokeNode does and removes the node.
+	DeleteNode(context.Context, *DeleteNodeRequest) (*DeleteNodeResponse, error)
+	// ApproveNode approves the pending joins of a node id.
+	ApproveNode(context.Context, *ApproveNodeRequest) (*ApproveNodeResponse, error)
+	// ListPending lists joins waiting for approval.
+	ListPending(context.Context, *ListPendingRequest) (*ListPendingResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -115,6 +177,18 @@ func (UnimplementedAdminServer) ListNodes(context.Context, *ListNodesRequest) (*
 }
 func (UnimplementedAdminServer) GetNode(context.Context, *GetNodeRequest) (*GetNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetNode not implemented")
+}
+func (UnimplementedAdminServer) RevokeNode(context.Context, *RevokeNodeRequest) (*RevokeNodeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RevokeNode not implemented")
+}
+func (UnimplementedAdminServer) DeleteNode(context.Context, *DeleteNodeRequest) (*DeleteNodeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteNode not implemented")
+}
+func (UnimplementedAdminServer) ApproveNode(context.Context, *ApproveNodeRequest) (*ApproveNodeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ApproveNode not implemented")
+}
+func (UnimplementedAdminServer) ListPending(context.Context, *ListPendingRequest) (*ListPendingResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListPending not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -209,6 +283,78 @@ func _Admin_GetNode_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_RevokeNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RevokeNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RevokeNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RevokeNode(ctx, req.(*RevokeNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_DeleteNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DeleteNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DeleteNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DeleteNode(ctx, req.(*DeleteNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ApproveNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApproveNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ApproveNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ApproveNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ApproveNode(ctx, req.(*ApproveNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_ListPending_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPendingRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListPending(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListPending_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListPending(ctx, req.(*ListPendingRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -231,6 +377,22 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetNode",
 			Handler:    _Admin_GetNode_Handler,
+		},
+		{
+			MethodName: "RevokeNode",
+			Handler:    _Admin_RevokeNode_Handler,
+		},
+		{
+			MethodName: "DeleteNode",
+			Handler:    _Admin_DeleteNode_Handler,
+		},
+		{
+			MethodName: "ApproveNode",
+			Handler:    _Admin_ApproveNode_Handler,
+		},
+		{
+			MethodName: "ListPending",
+			Handler:    _Admin_ListPending_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

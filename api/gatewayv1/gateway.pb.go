@@ -34,6 +34,7 @@ type SessionRequest struct {
 	//	*SessionRequest_Hello
 	//	*SessionRequest_Renew
 	//	*SessionRequest_Ping
+	//	*SessionRequest_ProbeAck
 	Body          isSessionRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -110,6 +111,15 @@ func (x *SessionRequest) GetPing() *Ping {
 	return nil
 }
 
+func (x *SessionRequest) GetProbeAck() *Pong {
+	if x != nil {
+		if x, ok := x.Body.(*SessionRequest_ProbeAck); ok {
+			return x.ProbeAck
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Body interface {
 	isSessionRequest_Body()
 }
@@ -126,11 +136,18 @@ type SessionRequest_Ping struct {
 	Ping *Ping `protobuf:"bytes,4,opt,name=ping,proto3,oneof"`
 }
 
+type SessionRequest_ProbeAck struct {
+	// Answers a Probe from the server, with the probe's id.
+	ProbeAck *Pong `protobuf:"bytes,5,opt,name=probe_ack,json=probeAck,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Body() {}
 
 func (*SessionRequest_Renew) isSessionRequest_Body() {}
 
 func (*SessionRequest_Ping) isSessionRequest_Body() {}
+
+func (*SessionRequest_ProbeAck) isSessionRequest_Body() {}
 
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -142,6 +159,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Pong
 	//	*SessionResponse_Revoked
 	//	*SessionResponse_Error
+	//	*SessionResponse_Probe
 	Body          isSessionResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -236,6 +254,15 @@ func (x *SessionResponse) GetError() *Error {
 	return nil
 }
 
+func (x *SessionResponse) GetProbe() *Ping {
+	if x != nil {
+		if x, ok := x.Body.(*SessionResponse_Probe); ok {
+			return x.Probe
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Body interface {
 	isSessionResponse_Body()
 }
@@ -260,6 +287,15 @@ type SessionResponse_Error struct {
 	Error *Error `protobuf:"bytes,6,opt,name=error,proto3,oneof"`
 }
 
+type SessionResponse_Probe struct {
+	// Probe asks the node to answer with probe_ack at once. The server
+	// sends it when another process opens a session for the same node: a
+	// session that still answers is live, and two live sessions mean a
+	// cloned certificate; one that does not answer was left behind by a
+	// process that is gone, and is replaced.
+	Probe *Ping `protobuf:"bytes,7,opt,name=probe,proto3,oneof"`
+}
+
 func (*SessionResponse_Welcome) isSessionResponse_Body() {}
 
 func (*SessionResponse_Renew) isSessionResponse_Body() {}
@@ -270,9 +306,15 @@ func (*SessionResponse_Revoked) isSessionResponse_Body() {}
 
 func (*SessionResponse_Error) isSessionResponse_Body() {}
 
+func (*SessionResponse_Probe) isSessionResponse_Body() {}
+
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DaemonVersion string                 `protobuf:"bytes,1,opt,name=daemon_version,json=daemonVersion,proto3" json:"daemon_version,omitempty"`
+	// A random id the node's process picks at start. A reconnect of the same
+	// process replaces its old session; a second live session with another
+	// instance id for the same node looks like a cloned certificate.
+	InstanceId    string `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -310,6 +352,13 @@ func (*Hello) Descriptor() ([]byte, []int) {
 func (x *Hello) GetDaemonVersion() string {
 	if x != nil {
 		return x.DaemonVersion
+	}
+	return ""
+}
+
+func (x *Hello) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
 	}
 	return ""
 }
@@ -571,23 +620,27 @@ var File_nodetrust_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\"nodetrust/gateway/v1/gateway.proto\x12\x14nodetrust.gateway.v1\x1a\x1cnodetrust/join/v1/join.proto\"\xc8\x01\n" +
+	"\"nodetrust/gateway/v1/gateway.proto\x12\x14nodetrust.gateway.v1\x1a\x1cnodetrust/join/v1/join.proto\"\x83\x02\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
 	"\x05hello\x18\x02 \x01(\v2\x1b.nodetrust.gateway.v1.HelloH\x00R\x05hello\x127\n" +
 	"\x05renew\x18\x03 \x01(\v2\x1f.nodetrust.join.v1.RenewRequestH\x00R\x05renew\x120\n" +
-	"\x04ping\x18\x04 \x01(\v2\x1a.nodetrust.gateway.v1.PingH\x00R\x04pingB\x06\n" +
-	"\x04body\"\xc9\x02\n" +
+	"\x04ping\x18\x04 \x01(\v2\x1a.nodetrust.gateway.v1.PingH\x00R\x04ping\x129\n" +
+	"\tprobe_ack\x18\x05 \x01(\v2\x1a.nodetrust.gateway.v1.PongH\x00R\bprobeAckB\x06\n" +
+	"\x04body\"\xfd\x02\n" +
 	"\x0fSessionResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x129\n" +
 	"\awelcome\x18\x02 \x01(\v2\x1d.nodetrust.gateway.v1.WelcomeH\x00R\awelcome\x128\n" +
 	"\x05renew\x18\x03 \x01(\v2 .nodetrust.join.v1.RenewResponseH\x00R\x05renew\x120\n" +
 	"\x04pong\x18\x04 \x01(\v2\x1a.nodetrust.gateway.v1.PongH\x00R\x04pong\x12B\n" +
 	"\arevoked\x18\x05 \x01(\v2&.nodetrust.gateway.v1.RevocationNoticeH\x00R\arevoked\x123\n" +
-	"\x05error\x18\x06 \x01(\v2\x1b.nodetrust.gateway.v1.ErrorH\x00R\x05errorB\x06\n" +
-	"\x04body\".\n" +
+	"\x05error\x18\x06 \x01(\v2\x1b.nodetrust.gateway.v1.ErrorH\x00R\x05error\x122\n" +
+	"\x05probe\x18\a \x01(\v2\x1a.nodetrust.gateway.v1.PingH\x00R\x05probeB\x06\n" +
+	"\x04body\"O\n" +
 	"\x05Hello\x12%\n" +
-	"\x0edaemon_version\x18\x01 \x01(\tR\rdaemonVersion\"U\n" +
+	"\x0edaemon_version\x18\x01 \x01(\tR\rdaemonVersion\x12\x1f\n" +
+	"\vinstance_id\x18\x02 \x01(\tR\n" +
+	"instanceId\"U\n" +
 	"\aWelcome\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x121\n" +
 	"\x15server_time_unix_nano\x18\x02 \x01(\x03R\x12serverTimeUnixNano\"9\n" +
@@ -631,21 +684,23 @@ var file_nodetrust_gateway_v1_gateway_proto_goTypes = []any{
 	(*joinv1.RenewResponse)(nil), // 9: nodetrust.join.v1.RenewResponse
 }
 var file_nodetrust_gateway_v1_gateway_proto_depIdxs = []int32{
-	2, // 0: nodetrust.gateway.v1.SessionRequest.hello:type_name -> nodetrust.gateway.v1.Hello
-	8, // 1: nodetrust.gateway.v1.SessionRequest.renew:type_name -> nodetrust.join.v1.RenewRequest
-	4, // 2: nodetrust.gateway.v1.SessionRequest.ping:type_name -> nodetrust.gateway.v1.Ping
-	3, // 3: nodetrust.gateway.v1.SessionResponse.welcome:type_name -> nodetrust.gateway.v1.Welcome
-	9, // 4: nodetrust.gateway.v1.SessionResponse.renew:type_name -> nodetrust.join.v1.RenewResponse
-	5, // 5: nodetrust.gateway.v1.SessionResponse.pong:type_name -> nodetrust.gateway.v1.Pong
-	6, // 6: nodetrust.gateway.v1.SessionResponse.revoked:type_name -> nodetrust.gateway.v1.RevocationNotice
-	7, // 7: nodetrust.gateway.v1.SessionResponse.error:type_name -> nodetrust.gateway.v1.Error
-	0, // 8: nodetrust.gateway.v1.Gateway.Session:input_type -> nodetrust.gateway.v1.SessionRequest
-	1, // 9: nodetrust.gateway.v1.Gateway.Session:output_type -> nodetrust.gateway.v1.SessionResponse
-	9, // [9:10] is the sub-list for method output_type
-	8, // [8:9] is the sub-list for method input_type
-	8, // [8:8] is the sub-list for extension type_name
-	8, // [8:8] is the sub-list for extension extendee
-	0, // [0:8] is the sub-list for field type_name
+	2,  // 0: nodetrust.gateway.v1.SessionRequest.hello:type_name -> nodetrust.gateway.v1.Hello
+	8,  // 1: nodetrust.gateway.v1.SessionRequest.renew:type_name -> nodetrust.join.v1.RenewRequest
+	4,  // 2: nodetrust.gateway.v1.SessionRequest.ping:type_name -> nodetrust.gateway.v1.Ping
+	5,  // 3: nodetrust.gateway.v1.SessionRequest.probe_ack:type_name -> nodetrust.gateway.v1.Pong
+	3,  // 4: nodetrust.gateway.v1.SessionResponse.welcome:type_name -> nodetrust.gateway.v1.Welcome
+	9,  // 5: nodetrust.gateway.v1.SessionResponse.renew:type_name -> nodetrust.join.v1.RenewResponse
+	5,  // 6: nodetrust.gateway.v1.SessionResponse.pong:type_name -> nodetrust.gateway.v1.Pong
+	6,  // 7: nodetrust.gateway.v1.SessionResponse.revoked:type_name -> nodetrust.gateway.v1.RevocationNotice
+	7,  // 8: nodetrust.gateway.v1.SessionResponse.error:type_name -> nodetrust.gateway.v1.Error
+	4,  // 9: nodetrust.gateway.v1.SessionResponse.probe:type_name -> nodetrust.gateway.v1.Ping
+	0,  // 10: nodetrust.gateway.v1.Gateway.Session:input_type -> nodetrust.gateway.v1.SessionRequest
+	1,  // 11: nodetrust.gateway.v1.Gateway.Session:output_type -> nodetrust.gateway.v1.SessionResponse
+	11, // [11:12] is the sub-list for method output_type
+	10, // [10:11] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_gateway_v1_gateway_proto_init() }
@@ -657,6 +712,7 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 		(*SessionRequest_Hello)(nil),
 		(*SessionRequest_Renew)(nil),
 		(*SessionRequest_Ping)(nil),
+		(*SessionRequest_ProbeAck)(nil),
 	}
 	file_nodetrust_gateway_v1_gateway_proto_msgTypes[1].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),
@@ -664,6 +720,7 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 		(*SessionResponse_Pong)(nil),
 		(*SessionResponse_Revoked)(nil),
 		(*SessionResponse_Error)(nil),
+		(*SessionResponse_Probe)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{

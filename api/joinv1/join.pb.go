@@ -833,9 +833,12 @@ func (*GetWellKnownRequest) Descriptor() ([]byte, []int) {
 type GetWellKnownResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The JSON document, byte for byte as served over HTTPS.
-	Document      []byte `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Document []byte `protobuf:"bytes,1,opt,name=document,proto3" json:"document,omitempty"`
+	// The server's clock when it answered, Unix nanoseconds, so a node can
+	// measure its clock offset without opening a session.
+	ServerTimeUnixNano int64 `protobuf:"varint,2,opt,name=server_time_unix_nano,json=serverTimeUnixNano,proto3" json:"server_time_unix_nano,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GetWellKnownResponse) Reset() {
@@ -873,6 +876,13 @@ func (x *GetWellKnownResponse) GetDocument() []byte {
 		return x.Document
 	}
 	return nil
+}
+
+func (x *GetWellKnownResponse) GetServerTimeUnixNano() int64 {
+	if x != nil {
+		return x.ServerTimeUnixNano
+	}
+	return 0
 }
 
 var File_nodetrust_join_v1_join_proto protoreflect.FileDescriptor
@@ -944,9 +954,10 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"\x05proof\x18\x04 \x01(\fR\x05proof\"L\n" +
 	"\rRenewResponse\x12;\n" +
 	"\x06signed\x18\x01 \x01(\v2#.nodetrust.join.v1.SignedJoinResultR\x06signed\"\x15\n" +
-	"\x13GetWellKnownRequest\"2\n" +
+	"\x13GetWellKnownRequest\"e\n" +
 	"\x14GetWellKnownResponse\x12\x1a\n" +
-	"\bdocument\x18\x01 \x01(\fR\bdocument2\x83\x02\n" +
+	"\bdocument\x18\x01 \x01(\fR\bdocument\x121\n" +
+	"\x15server_time_unix_nano\x18\x02 \x01(\x03R\x12serverTimeUnixNano2\x83\x02\n" +
 	"\vJoinService\x12G\n" +
 	"\x04Join\x12\x1e.nodetrust.join.v1.JoinRequest\x1a\x1f.nodetrust.join.v1.JoinResponse\x12J\n" +
 	"\x05Renew\x12\x1f.nodetrust.join.v1.RenewRequest\x1a .nodetrust.join.v1.RenewResponse\x12_\n" +

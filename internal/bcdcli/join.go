@@ -1,7 +1,6 @@
 package bcdcli
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,10 +9,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodetrust/nodetrust/agent"
-	"github.com/nodetrust/nodetrust/config"
 	"github.com/nodetrust/nodetrust/hwclaims"
+	"github.com/nodetrust/nodetrust/identity"
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/version"
+	"github.com/nodetrust/nodetrust/journal"
 )
 
 // claimsRootEnv points hardware claims at another folder tree than the
@@ -21,10 +21,10 @@ import (
 const claimsRootEnv = "NODETRUST_DEBUG_CLAIMS_ROOT"
 
 type joinFlags struct {
-	config, server, serverName, dataDir string
-	servingPin, signingPin, encPin      string
-	role, nodeID, tokenFile, attestor   string
-	logLevel                            string
+	conn                              connFlags
+	role, nodeID, tokenFile, attestor string
+	logLevel                          string
+	reset, yes                        bool
 }
 
 func joinCommand() *cobra.Command {
@@ -39,6 +39,10 @@ control plane. The join token comes from exactly one source: standard input,
 On a machine whose identity loads, join reads no token, prints "already joined
 as …" and exits 0, so it can run on every boot.
 
+An identity that loads but no longer works (expired, revoked) makes join answer
+"already joined" forever: --reset moves it aside first. Without --yes it only
+prints what would move and exits 2.
+
 Without a config file, --server, the three pin flags and --data-dir bootstrap
 the machine from the control plane's well-known document.`,
 		Args: func(_ *cobra.Command, args []string) error {
@@ -51,17 +55,13 @@ the machine from the control plane's well-known document.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runJoin(cmd, f) },
 	}
 	fl := c.Flags()
-	fl.StringVar(&f.config, "config", config.DefaultBCDConfig, "path of config.toml")
-	fl.StringVar(&f.server, "server", "", "control plane host:port, to bootstrap without config.toml (with the three pin flags)")
-	fl.StringVar(&f.serverName, "server-name", "", "name checked in the serving certificate (default: the host of --server)")
-	fl.StringVar(&f.dataDir, "data-dir", "", "where the identity lives (default: data_dir of config.toml, else "+config.DefaultBCDDataDir+")")
-	fl.StringVar(&f.servingPin, "serving-ca-spki-pin", "", "pin of the serving CA (with --server)")
-	fl.StringVar(&f.signingPin, "join-signing-key-pin", "", "pin of the JoinService signing key (with --server)")
-	fl.StringVar(&f.encPin, "join-encryption-key-pin", "", "pin of the join encryption key (with --server)")
+	f.conn.register(fl)
 	fl.StringVar(&f.role, "role", "", "role to join as (default: role of config.toml, else the token's)")
 	fl.StringVar(&f.nodeID, "node-id", "", "node id to join as (default: the token's, or one the control plane picks)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "read the join token from this file")
 	fl.StringVar(&f.attestor, "attestor", "token", "how the machine proves itself: token")
+	fl.BoolVar(&f.reset, "reset", false, "move the current identity aside first (with --yes; alone it shows what would move)")
+	fl.BoolVar(&f.yes, "yes", false, "with --reset: really move the identity aside")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
 	return c
 }
@@ -70,53 +70,38 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 	if f.attestor != "token" {
 		return cli.Usagef("--attestor %q is not supported; use token", f.attestor)
 	}
-	jc := agent.JoinConfig{
-		Role:    f.role,
-		NodeID:  f.nodeID,
-		Version: version.Version,
-		Logger:  cli.NewLogger(cmd.ErrOrStderr(), f.logLevel),
+	if f.yes && !f.reset {
+		return cli.Usagef("--yes goes with --reset")
 	}
-	if f.server != "" {
-		pins, err := config.ParsePins(
-			config.NamedPin{Name: "--serving-ca-spki-pin", Value: f.servingPin},
-			config.NamedPin{Name: "--join-signing-key-pin", Value: f.signingPin},
-			config.NamedPin{Name: "--join-encryption-key-pin", Value: f.encPin},
-		)
-		if err != nil {
-			return cli.Usagef("%v", err)
-		}
-		b := config.BCD{Server: f.server, ServerName: f.serverName, ServingCASPKIPin: f.servingPin, JoinSigningKeyPin: f.signingPin, JoinEncryptionKeyPin: f.encPin}
-		if err := b.Validate(); err != nil {
-			return cli.Usagef("--server: %v", err)
-		}
-		jc.Server, jc.ServerName, jc.Pins = b.Server, b.ServerName, pins
-		jc.DataDir = f.dataDir
-		if jc.DataDir == "" {
-			jc.DataDir = config.DefaultBCDDataDir
-		}
-	} else {
-		cfg, err := config.LoadBCD(f.config)
-		if errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("no config at %s: run the install script, or pass --server with the three pin flags and --data-dir", f.config)
-		}
-		if err != nil {
+	cfg, err := f.conn.resolve()
+	if err != nil {
+		return err
+	}
+	jc := agent.JoinConfig{
+		Server:     cfg.Server,
+		ServerName: cfg.ServerName,
+		Pins:       cfg.Pins,
+		DataDir:    cfg.DataDir,
+		Role:       f.role,
+		NodeID:     f.nodeID,
+		Version:    version.Version,
+		Logger:     cli.NewLogger(cmd.ErrOrStderr(), f.logLevel),
+	}
+	if jc.Role == "" {
+		jc.Role = cfg.Role
+	}
+	if f.conn.server == "" {
+		if jc.JWK, err = cfg.ReadJWK(); err != nil {
 			return err
-		}
-		jwk, err := cfg.ReadJWK()
-		if err != nil {
-			return err
-		}
-		jc.Server, jc.ServerName, jc.Pins, jc.JWK = cfg.Server, cfg.ServerName, cfg.Pins, jwk
-		jc.DataDir = cfg.DataDir
-		if f.dataDir != "" {
-			jc.DataDir = f.dataDir
-		}
-		if jc.Role == "" {
-			jc.Role = cfg.Role
 		}
 	}
 	if err := checkDataDirAccess(jc.DataDir); err != nil {
 		return err
+	}
+	if f.reset {
+		if err := reset(cmd, jc.DataDir, f.yes); err != nil {
+			return err
+		}
 	}
 	src := tokenSource{file: f.tokenFile, stdin: cmd.InOrStdin(), terminal: isTerminal(cmd.InOrStdin())}
 	src.env, src.envSet = os.LookupEnv(TokenEnv)
@@ -131,10 +116,59 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 	verb := "joined as"
 	if res.Already {
 		verb = "already joined as"
+	} else {
+		appendJournal(cmd, jc.DataDir, journal.KindJoined, id.NodeID, fmt.Sprintf("serial %x generation %d", res.State.Leaf.SerialNumber, id.Generation))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %s (site %s, role %s); certificate valid until %s\n",
 		verb, id.NodeID, siteOrDash(id.Site), id.Role, res.State.Leaf.NotAfter.UTC().Format(time.RFC3339))
 	return nil
+}
+
+// reset moves the identity aside (--reset --yes) or shows what would move
+// and exits 2 (--reset alone).
+func reset(cmd *cobra.Command, dir string, yes bool) error {
+	plan := identity.ResetPlan(dir)
+	out := cmd.OutOrStdout()
+	if !yes {
+		if len(plan) == 0 {
+			fmt.Fprintf(out, "nothing to move in %s\n", dir)
+		} else {
+			fmt.Fprintln(out, "bcd join --reset would move aside:")
+			for _, p := range plan {
+				fmt.Fprintf(out, "  %s\n", p)
+			}
+		}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("dry run: nothing moved; run again with --reset --yes to move these and join")}
+	}
+	var oldNode string
+	if st, err := identity.LoadState(dir, identity.LoadOptions{}); err == nil {
+		oldNode = st.Identity.NodeID
+	}
+	moved, err := identity.MoveAside(dir, time.Now())
+	if err != nil {
+		return fmt.Errorf("move the identity aside: %w", err)
+	}
+	for _, p := range moved {
+		fmt.Fprintf(out, "moved aside: %s\n", p)
+	}
+	if oldNode != "" {
+		appendJournal(cmd, dir, journal.KindReset, oldNode, fmt.Sprintf("%d files moved aside", len(moved)))
+	}
+	return nil
+}
+
+// appendJournal records an event in the node's journal; a journal that
+// cannot be written is a warning, never a failure of the identity.
+func appendJournal(cmd *cobra.Command, dir, kind, nodeID, detail string) {
+	j, err := journal.Open(dir, time.Now)
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "bcd: warning: journal: %v\n", err)
+		return
+	}
+	defer j.Close()
+	if err := j.Append(cmd.Context(), kind, nodeID, detail); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "bcd: warning: journal: %v\n", err)
+	}
 }
 
 // checkDataDirAccess refuses early, with the way forward, when the data

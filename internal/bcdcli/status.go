@@ -2,80 +2,102 @@ package bcdcli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodetrust/nodetrust/config"
 	"github.com/nodetrust/nodetrust/identity"
+	"github.com/nodetrust/nodetrust/journal"
 )
 
+// renewFraction mirrors the agent's default, for the next renewal shown by
+// status when config.toml does not set another.
+const renewFraction = 0.6
+
 func statusCommand() *cobra.Command {
-	var cfgPath, dataDir string
-	var asJSON bool
+	var (
+		conn   connFlags
+		asJSON bool
+		last   int
+	)
 	c := &cobra.Command{
 		Use:   "status",
-		Short: "Show this machine's identity",
+		Short: "Show this machine's identity, its expiry, the next renewal and the journal",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir := dataDir
-			if dir == "" {
-				cfg, err := config.LoadBCD(cfgPath)
-				switch {
-				case err == nil:
-					dir = cfg.DataDir
-				case errors.Is(err, os.ErrNotExist):
-					dir = config.DefaultBCDDataDir
-				default:
-					return err
+			dir, fraction := conn.dataDir, renewFraction
+			if cfg, err := conn.resolve(); err == nil {
+				dir = cfg.DataDir
+				if cfg.Renewal.Fraction > 0 {
+					fraction = cfg.Renewal.Fraction
 				}
+			} else if dir == "" {
+				return err
 			}
 			st, err := identity.LoadState(dir, identity.LoadOptions{})
 			if err != nil {
 				return err
 			}
+			jid, entries, jerr := journal.ReadLast(dir, last)
 			id := st.Identity
-			out := map[string]any{
-				"node_id":             id.NodeID,
-				"spiffe_id":           id.SPIFFEID,
-				"trust_domain":        id.TrustDomain,
-				"role":                id.Role,
-				"site":                id.Site,
-				"identity_generation": id.Generation,
-				"attestor":            id.Attestor,
-				"key":                 id.KeyKind,
-				"serial":              fmt.Sprintf("%x", st.Leaf.SerialNumber),
-				"not_before":          st.Leaf.NotBefore.UTC().Format(time.RFC3339),
-				"not_after":           st.Leaf.NotAfter.UTC().Format(time.RFC3339),
-				"data_dir":            dir,
-			}
+			leaf := st.Leaf
+			life := leaf.NotAfter.Sub(leaf.NotBefore)
+			next := leaf.NotBefore.Add(time.Duration(float64(life) * fraction))
 			w := cmd.OutOrStdout()
 			if asJSON {
+				type entry struct {
+					Time   string `json:"time"`
+					Kind   string `json:"kind"`
+					Detail string `json:"detail"`
+				}
+				es := []entry{}
+				for _, e := range entries {
+					es = append(es, entry{e.Time.UTC().Format(time.RFC3339), e.Kind, e.Detail})
+				}
 				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
-				return enc.Encode(out)
+				return enc.Encode(map[string]any{
+					"node_id": id.NodeID, "spiffe_id": id.SPIFFEID, "trust_domain": id.TrustDomain,
+					"role": id.Role, "site": id.Site, "identity_generation": id.Generation,
+					"attestor": id.Attestor, "key": id.KeyKind, "serial": fmt.Sprintf("%x", leaf.SerialNumber),
+					"not_before": leaf.NotBefore.UTC().Format(time.RFC3339), "not_after": leaf.NotAfter.UTC().Format(time.RFC3339),
+					"next_renewal": next.UTC().Format(time.RFC3339), "data_dir": dir, "journal_id": jid, "journal": es,
+				})
 			}
 			expired := ""
-			if time.Now().After(st.Leaf.NotAfter) {
+			if time.Now().After(leaf.NotAfter) {
 				expired = " (EXPIRED: bcd join --reset --yes, then bcd join)"
 			}
-			fmt.Fprintf(w, "node:         %s\n", id.NodeID)
-			fmt.Fprintf(w, "spiffe id:    %s\n", id.SPIFFEID)
-			fmt.Fprintf(w, "role:         %s\n", id.Role)
-			fmt.Fprintf(w, "site:         %s\n", siteOrDash(id.Site))
-			fmt.Fprintf(w, "generation:   %d\n", id.Generation)
-			fmt.Fprintf(w, "key:          %s (%s)\n", id.KeyKind, filepath.Join(dir, identity.FileKey))
-			fmt.Fprintf(w, "certificate:  %x\n", st.Leaf.SerialNumber)
-			fmt.Fprintf(w, "valid until:  %s%s\n", st.Leaf.NotAfter.UTC().Format(time.RFC3339), expired)
+			fmt.Fprintf(w, "node:          %s\n", id.NodeID)
+			fmt.Fprintf(w, "spiffe id:     %s\n", id.SPIFFEID)
+			fmt.Fprintf(w, "role:          %s\n", id.Role)
+			fmt.Fprintf(w, "site:          %s\n", siteOrDash(id.Site))
+			fmt.Fprintf(w, "generation:    %d\n", id.Generation)
+			fmt.Fprintf(w, "key:           %s (%s)\n", id.KeyKind, filepath.Join(dir, identity.FileKey))
+			fmt.Fprintf(w, "certificate:   %x\n", leaf.SerialNumber)
+			fmt.Fprintf(w, "valid until:   %s%s\n", leaf.NotAfter.UTC().Format(time.RFC3339), expired)
+			fmt.Fprintf(w, "next renewal:  %s (while bcd node runs)\n", next.UTC().Format(time.RFC3339))
+			switch {
+			case jerr != nil:
+				fmt.Fprintf(w, "journal:       unreadable (%v); bcd node starts a new one and keeps the identity\n", jerr)
+			case jid == "":
+				fmt.Fprintln(w, "journal:       none yet")
+			default:
+				fmt.Fprintf(w, "journal:       %s, last %d entries:\n", jid, len(entries))
+				for _, e := range entries {
+					fmt.Fprintf(w, "  %s  %-15s %s\n", e.Time.UTC().Format(time.RFC3339), e.Kind, e.Detail)
+				}
+			}
 			return nil
 		},
 	}
-	c.Flags().StringVar(&cfgPath, "config", config.DefaultBCDConfig, "path of config.toml")
-	c.Flags().StringVar(&dataDir, "data-dir", "", "where the identity lives (overrides config.toml)")
+	conn.register(c.Flags())
 	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	c.Flags().IntVar(&last, "last", 5, "how many journal entries to show")
 	return c
 }
+
+// timeNow is the clock of the commands that judge expiry.
+var timeNow = time.Now

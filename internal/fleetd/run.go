@@ -56,6 +56,10 @@ func Run(ctx context.Context, o Options) error {
 		NodeCertLifetime: cfg.NodeCertLifetime.Duration,
 		TokenTTL:         cfg.TokenTTL.Duration,
 		MaxTokenTTL:      cfg.MaxTokenTTL.Duration,
+		RenewalLimit:     cfg.RenewalLimit,
+		RenewalWindow:    cfg.RenewalWindow.Duration,
+		RamdiskRoles:     cfg.RamdiskRoles,
+		PendingPoll:      cfg.PendingPoll.Duration,
 	})
 	if err != nil {
 		return err

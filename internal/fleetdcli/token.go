@@ -19,10 +19,10 @@ func tokenCommand() *cobra.Command {
 
 func tokenCreateCommand() *cobra.Command {
 	var (
-		f                  adminFlags
-		role, site, nodeID string
-		ttl                time.Duration
-		allowReclaim       bool
+		f                      adminFlags
+		role, site, nodeID     string
+		ttl                    time.Duration
+		allowReclaim, approval bool
 	)
 	c := &cobra.Command{
 		Use:   "create --role R",
@@ -43,7 +43,7 @@ command line:  bcd join < token.txt`,
 			ctx, cancel := callCtx(cmd.Context())
 			defer cancel()
 			resp, err := client.CreateToken(ctx, &adminv1.CreateTokenRequest{
-				Role: role, Site: site, TtlSeconds: int64(ttl / time.Second), NodeId: nodeID, AllowReclaim: allowReclaim,
+				Role: role, Site: site, TtlSeconds: int64(ttl / time.Second), NodeId: nodeID, AllowReclaim: allowReclaim, RequireApproval: approval,
 			})
 			if err != nil {
 				return rpcError("create token", err)
@@ -62,6 +62,7 @@ command line:  bcd join < token.txt`,
 	c.Flags().DurationVar(&ttl, "ttl", 0, "lifetime, e.g. 1h (default: the server's token_ttl)")
 	c.Flags().StringVar(&nodeID, "node-id", "", "join only as this node id")
 	c.Flags().BoolVar(&allowReclaim, "allow-reclaim", false, "may re-join a machine the control plane already knows")
+	c.Flags().BoolVar(&approval, "require-approval", false, "a join with it waits for 'fleetd nodes approve ID'")
 	return c
 }
 

@@ -112,3 +112,33 @@ func (d *DB) CountCerts(ctx context.Context, nodeID string, since time.Time) (in
 	}
 	return n, nil
 }
+
+// RenewalTimes returns the IssuedAt times of the node's certificates of
+// kind "renew" issued at or after since, revoked or not, oldest first. A
+// zero since returns them all.
+func (d *DB) RenewalTimes(ctx context.Context, nodeID string, since time.Time) ([]time.Time, error) {
+	var a args
+	from := a.time(since)
+	if a.err != nil {
+		return nil, fmt.Errorf("renewal times of node %q: %w", nodeID, a.err)
+	}
+	rows, err := d.r.QueryContext(ctx, `SELECT issued_at FROM certs
+		WHERE node_id = ?1 AND kind = 'renew' AND (?2 IS NULL OR issued_at >= ?2)
+		ORDER BY issued_at NULLS FIRST, serial`, nodeID, from)
+	if err != nil {
+		return nil, fmt.Errorf("renewal times of node %q: %w", nodeID, err)
+	}
+	defer rows.Close()
+	var ts []time.Time
+	for rows.Next() {
+		var issued sql.NullInt64
+		if err := rows.Scan(&issued); err != nil {
+			return nil, fmt.Errorf("renewal times of node %q: %w", nodeID, err)
+		}
+		ts = append(ts, fromNanos(issued))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("renewal times of node %q: %w", nodeID, err)
+	}
+	return ts, nil
+}

@@ -11,7 +11,9 @@
 //
 // The schema is versioned: Open applies the migrations this binary knows
 // and have not yet been applied, each in its own transaction, and refuses a
-// file whose schema is newer than the binary.
+// file whose schema is newer than the binary. Version 2 added the
+// pending_joins table of joins waiting for approval; CompleteJoin removes
+// the row of the pending join it completes.
 //
 // Times are stored as Unix nanoseconds in UTC and read back in UTC; the
 // zero time.Time is stored as NULL and read back as the zero time. Times

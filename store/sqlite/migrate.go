@@ -82,6 +82,33 @@ CREATE TABLE audit (
 ) STRICT;
 CREATE INDEX audit_time ON audit (time, seq);
 `,
+	// 2: joins waiting for an owner's approval. The claims are kept as
+	// the nodes table keeps them, except that the serials are a JSON array
+	// here: nothing looks pending joins up by serial. A pending join is
+	// not a node yet, so node_id is not a foreign key.
+	`
+CREATE TABLE pending_joins (
+	id           TEXT PRIMARY KEY,
+	token_hash   BLOB,
+	token_id     TEXT NOT NULL,
+	csr_hash     BLOB,
+	node_id      TEXT NOT NULL,
+	role         TEXT NOT NULL,
+	site         TEXT NOT NULL,
+	product_uuid TEXT NOT NULL,
+	serials      TEXT NOT NULL,
+	macs         TEXT NOT NULL,
+	gpu_uuids    TEXT NOT NULL,
+	hostname     TEXT NOT NULL,
+	boot_id      TEXT NOT NULL,
+	created_at   INTEGER,
+	expires_at   INTEGER,
+	approved_at  INTEGER,
+	approved_by  TEXT NOT NULL
+) STRICT;
+CREATE INDEX pending_joins_node_id ON pending_joins (node_id);
+CREATE INDEX pending_joins_created_at ON pending_joins (created_at);
+`,
 }
 
 const createMigrationsTable = `

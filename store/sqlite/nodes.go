@@ -19,11 +19,14 @@ const nodeColumns = `n.id, n.spiffe_id, n.role, n.site, n.state, n.generation, n
 	n.macs, n.gpu_uuids, n.hostname, n.boot_id, n.daemon_version,
 	n.joined_at, n.last_seen, n.cert_serial, n.cert_not_after`
 
-// CompleteJoin spends the token (if any), writes the node and records the
-// certificate in one transaction. It fails with ErrConflict, writing
-// nothing, when the token is unknown, used or expired at j.Now, when
-// j.Reclaim is false and the node id exists, or when the certificate's
-// serial exists. A reclaim replaces the stored node if there is one (and
+// CompleteJoin removes the pending join j.PendingID (if any), spends the
+// token (if any), writes the node and records the certificate in one
+// transaction. It fails with ErrConflict, writing nothing, when there is
+// no pending join j.PendingID, when it is not approved, or when it was made
+// for another node id or another token hash than the join's; when the
+// token is unknown, used or expired at j.Now; when j.Reclaim is false and
+// the node id exists; or when the certificate's serial exists. Whether an
+// approved pending join has expired is the caller's to check. A reclaim replaces the stored node if there is one (and
 // writes it if there is none), revoking the old node's unrevoked
 // certificates with reason "reclaimed" at j.Now. The certificate must name
 // the node and its generation.
@@ -50,6 +53,11 @@ func (d *DB) CompleteJoin(ctx context.Context, j store.Join) error {
 		return fmt.Errorf("complete join for node %q: %w", n.ID, a.err)
 	}
 	err := d.write(ctx, func(tx *sql.Tx) error {
+		if j.PendingID != "" {
+			if err := takePending(ctx, tx, j.PendingID, n.ID, j.TokenHash); err != nil {
+				return err
+			}
+		}
 		if j.TokenHash != nil {
 			if err := spendToken(ctx, tx, j.TokenHash, n.ID, now); err != nil {
 				return err

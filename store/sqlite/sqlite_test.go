@@ -232,6 +232,75 @@ func readMigrations(t *testing.T, db *DB) map[int]int64 {
 	return m
 }
 
+// A file written by a fleetd of schema version 1 upgrades in place: its
+// data stays and the pending joins of version 2 work.
+func TestASchema1FileUpgradesKeepingItsData(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "fleetd.db")
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+	old, err := open(ctx, path, migrations[:1])
+	if err != nil {
+		t.Fatalf("open at schema 1: %v", err)
+	}
+	tok := testToken("tok1", now)
+	if err := old.CreateToken(ctx, tok); err != nil {
+		t.Fatal(err)
+	}
+	j := testJoin(nil, "node-1", "s1", now)
+	if err := old.CompleteJoin(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, old)
+
+	db := mustOpen(t, path)
+	if got := readMigrations(t, db); len(got) != len(migrations) {
+		t.Fatalf("schema_migrations after the upgrade = %v, want %d versions", got, len(migrations))
+	}
+	if got, err := db.TokenByHash(ctx, tok.Hash); err != nil || !reflect.DeepEqual(got, tok) {
+		t.Errorf("token after the upgrade = %+v, %v; want %+v", got, err, tok)
+	}
+	if n, err := db.GetNode(ctx, "node-1"); err != nil || !reflect.DeepEqual(n, j.Node) {
+		t.Errorf("node after the upgrade = %+v, %v; want %+v", n, err, j.Node)
+	}
+	p := store.Pending{ID: "p1", TokenHash: tok.Hash, TokenID: tok.ID, NodeID: "node-2",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	if err := db.CreatePending(ctx, p); err != nil {
+		t.Fatalf("CreatePending after the upgrade: %v", err)
+	}
+	if got, err := db.GetPending(ctx, "p1"); err != nil || !reflect.DeepEqual(got, p) {
+		t.Errorf("pending join = %+v, %v; want %+v", got, err, p)
+	}
+}
+
+func TestAPendingJoinWithoutAnIDOrANodeIsRefused(t *testing.T) {
+	db := openTemp(t)
+	defer db.Close()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, p := range []store.Pending{
+		{NodeID: "node-1", CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+		{ID: "p1", CreatedAt: now, ExpiresAt: now.Add(time.Hour)},
+	} {
+		if err := db.CreatePending(t.Context(), p); err == nil {
+			t.Errorf("CreatePending(%+v) succeeded", p)
+		}
+	}
+	if ps, err := db.ListPending(t.Context(), now); err != nil || len(ps) != 0 {
+		t.Errorf("ListPending = %v, %v; want none", ps, err)
+	}
+}
+
+func TestPendingQueriesWithoutATimeAreRefused(t *testing.T) {
+	db := openTemp(t)
+	defer db.Close()
+	if _, err := db.ListPending(t.Context(), time.Time{}); err == nil {
+		t.Error("ListPending at the zero time succeeded")
+	}
+	if _, err := db.ApprovePending(t.Context(), "node-1", "owner", time.Time{}); err == nil || errors.Is(err, store.ErrNotFound) {
+		t.Errorf("ApprovePending at the zero time: %v, want an error that is not ErrNotFound", err)
+	}
+}
+
 func TestAFailedMigrationLeavesNoTrace(t *testing.T) {
 	ctx := t.Context()
 	path := filepath.Join(t.TempDir(), "fleetd.db")

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -96,6 +97,64 @@ var certCases = []testCase{
 		}
 		if n, err := s.CountCerts(ctx, "node-1", at(0)); err != nil || n != 4 {
 			t.Errorf("CountCerts after revocation = %d, %v; want 4", n, err)
+		}
+	}},
+	{"renewal times are the renew certificates' issue times from a time on, oldest first", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
+		mustJoin(t, s, newJoin("", "node-2", "t1", at(0)))
+		// Recorded out of time order, so that insertion order is not the
+		// answer.
+		for _, r := range []struct {
+			serial string
+			issued time.Duration
+		}{{"s4", 30 * time.Minute}, {"s2", 10 * time.Minute}, {"s3", 20 * time.Minute}} {
+			if err := s.RecordRenewal(ctx, newCert(r.serial, "node-1", 1, "renew", at(r.issued))); err != nil {
+				t.Fatalf("RecordRenewal(%s): %v", r.serial, err)
+			}
+		}
+		if err := s.RecordRenewal(ctx, newCert("t2", "node-2", 1, "renew", at(15*time.Minute))); err != nil {
+			t.Fatalf("RecordRenewal(t2): %v", err)
+		}
+		// A reclaim's join certificate is not a renewal.
+		reclaim := store.Join{
+			Now:     at(40 * time.Minute),
+			Node:    newNode("node-1", 2, "s5", at(40*time.Minute)),
+			Reclaim: true,
+			Cert:    newCert("s5", "node-1", 2, "join", at(40*time.Minute)),
+		}
+		mustJoin(t, s, reclaim)
+		// Renewals revoked by the reclaim still count: they were issued.
+		// node-1 has a join certificate at 0 and 40 minutes and renewals at
+		// 10, 20 and 30.
+		m := func(minutes ...int) []time.Time {
+			ts := []time.Time{}
+			for _, n := range minutes {
+				ts = append(ts, at(time.Duration(n)*time.Minute))
+			}
+			return ts
+		}
+		for _, q := range []struct {
+			node  string
+			since time.Time
+			want  []time.Time
+		}{
+			{"node-1", time.Time{}, m(10, 20, 30)},
+			{"node-1", at(0), m(10, 20, 30)},
+			{"node-1", at(10 * time.Minute), m(10, 20, 30)},
+			{"node-1", at(10*time.Minute + time.Microsecond), m(20, 30)},
+			{"node-1", at(30 * time.Minute), m(30)},
+			{"node-1", at(31 * time.Minute), m()},
+			{"node-2", time.Time{}, m(15)},
+			{"node-9", time.Time{}, m()},
+		} {
+			ts, err := s.RenewalTimes(ctx, q.node, q.since)
+			if err != nil {
+				t.Fatalf("RenewalTimes(%s, %v): %v", q.node, q.since, err)
+			}
+			if !slices.EqualFunc(ts, q.want, time.Time.Equal) {
+				t.Errorf("RenewalTimes(%s, %v) = %v, want %v", q.node, q.since, ts, q.want)
+			}
 		}
 	}},
 }

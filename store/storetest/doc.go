@@ -20,7 +20,23 @@
 //   - RecordRenewal of a node that does not exist is ErrConflict.
 //   - RevokeNode and DeleteNode of a node that does not exist are
 //     ErrNotFound; the revoked serials may come in any order.
-//   - CountCerts counts revoked certificates too.
+//   - CountCerts counts revoked certificates too; so does RenewalTimes,
+//     which leaves out certificates of any kind but "renew" (a reclaim's
+//     join certificate included). A zero since means from the beginning.
+//   - A pending join expires, as a token does, when now reaches its
+//     ExpiresAt. GetPending returns it whether or not it has expired;
+//     ListPending leaves expired ones out and lists approved ones that no
+//     join has completed yet, ordered by CreatedAt. Empty and nil hashes
+//     are equivalent.
+//   - ApprovePending returns the pending joins it approved ordered by
+//     CreatedAt. It is ErrNotFound when every pending join of the node is
+//     expired or approved already, and it never rewrites an approval.
+//   - CompleteJoin with a PendingID is ErrConflict, writing nothing and
+//     leaving the token unspent, when the pending join is unknown (an
+//     already completed one included) or unapproved, or when it was made
+//     for another node id or another token hash than the join's (no token
+//     included). It does not check the pending join's expiry; the caller
+//     does.
 //   - ListAudit orders by event Time, newest first, and events of the same
 //     Time latest appended first; a limit below 1 is an error.
 package storetest

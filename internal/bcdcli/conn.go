@@ -1,0 +1,66 @@
+package bcdcli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+
+	"github.com/nodetrust/nodetrust/config"
+	"github.com/nodetrust/nodetrust/internal/cli"
+)
+
+// connFlags say where the control plane is and how to trust it: a
+// config.toml, or --server with the three pins (a machine bootstrapped
+// without config.toml).
+type connFlags struct {
+	config, server, serverName, dataDir string
+	servingPin, signingPin, encPin      string
+}
+
+func (f *connFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.config, "config", config.DefaultBCDConfig, "path of config.toml")
+	fl.StringVar(&f.server, "server", "", "control plane host:port, to run without config.toml (with the three pin flags)")
+	fl.StringVar(&f.serverName, "server-name", "", "name checked in the serving certificate (default: the host of --server)")
+	fl.StringVar(&f.dataDir, "data-dir", "", "where the identity lives (default: data_dir of config.toml, else "+config.DefaultBCDDataDir+")")
+	fl.StringVar(&f.servingPin, "serving-ca-spki-pin", "", "pin of the serving CA (with --server)")
+	fl.StringVar(&f.signingPin, "join-signing-key-pin", "", "pin of the JoinService signing key (with --server)")
+	fl.StringVar(&f.encPin, "join-encryption-key-pin", "", "pin of the join encryption key (with --server)")
+}
+
+// resolve returns the node's configuration from the flags: config.toml
+// when --server is absent, else a configuration made of the flags.
+func (f *connFlags) resolve() (*config.BCD, error) {
+	if f.server != "" {
+		b := &config.BCD{Server: f.server, ServerName: f.serverName, DataDir: f.dataDir,
+			ServingCASPKIPin: f.servingPin, JoinSigningKeyPin: f.signingPin, JoinEncryptionKeyPin: f.encPin}
+		pins, err := config.ParsePins(
+			config.NamedPin{Name: "--serving-ca-spki-pin", Value: f.servingPin},
+			config.NamedPin{Name: "--join-signing-key-pin", Value: f.signingPin},
+			config.NamedPin{Name: "--join-encryption-key-pin", Value: f.encPin},
+		)
+		if err != nil {
+			return nil, cli.Usagef("%v", err)
+		}
+		if err := b.Validate(); err != nil {
+			return nil, cli.Usagef("--server: %v", err)
+		}
+		b.Pins = pins
+		if b.DataDir == "" {
+			b.DataDir = config.DefaultBCDDataDir
+		}
+		return b, nil
+	}
+	cfg, err := config.LoadBCD(f.config)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no config at %s: run the install script, or pass --server with the three pin flags and --data-dir", f.config)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if f.dataDir != "" {
+		cfg.DataDir = f.dataDir
+	}
+	return cfg, nil
+}

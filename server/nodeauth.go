@@ -1,0 +1,86 @@
+package server
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/store"
+)
+
+// authedNode is a node authenticated by its certificate on this call.
+type authedNode struct {
+	leaf *x509.Certificate
+	info pki.NodeCertInfo
+	node store.Node
+	cert store.Cert
+}
+
+// errUnauthenticated is what a node with a dead certificate is told.
+func errUnauthenticated(why string) error {
+	return status.Error(codes.Unauthenticated, "node certificate refused: "+why)
+}
+
+// nodeFromPeer authenticates the caller by the node certificate of its
+// TLS connection: it must chain to the node CA (checked in the handshake),
+// be recorded, unrevoked, and of the node's current identity generation.
+func (s *Server) nodeFromPeer(ctx context.Context) (*authedNode, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, errUnauthenticated("no peer")
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil, errUnauthenticated("not TLS")
+	}
+	for _, chain := range ti.State.VerifiedChains {
+		if len(chain) >= 2 && chain[1].Equal(s.cfg.Authority.NodeCA) {
+			return s.checkNodeCert(ctx, chain[0])
+		}
+	}
+	return nil, errUnauthenticated("no node certificate: this call needs the node's certificate (mutual TLS)")
+}
+
+// checkNodeCert checks a node certificate against the store.
+func (s *Server) checkNodeCert(ctx context.Context, leaf *x509.Certificate) (*authedNode, error) {
+	info, err := pki.ParseNodeCert(leaf)
+	if err != nil {
+		return nil, errUnauthenticated(err.Error())
+	}
+	if info.TrustDomain != s.cfg.Authority.TrustDomain {
+		return nil, errUnauthenticated("trust domain " + info.TrustDomain)
+	}
+	serial := serialHex(leaf)
+	cert, err := s.cfg.Store.GetCert(ctx, serial)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errUnauthenticated("unknown certificate " + serial)
+	}
+	if err != nil {
+		return nil, s.storeError(ctx, "get certificate", err)
+	}
+	if !cert.RevokedAt.IsZero() {
+		return nil, errUnauthenticated(fmt.Sprintf("certificate %s was revoked (%s)", serial, cert.RevokedReason))
+	}
+	node, err := s.cfg.Store.GetNode(ctx, info.NodeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errUnauthenticated("node " + info.NodeID + " does not exist")
+	}
+	if err != nil {
+		return nil, s.storeError(ctx, "get node", err)
+	}
+	if cert.NodeID != node.ID || cert.Generation != node.Generation {
+		return nil, errUnauthenticated(fmt.Sprintf("certificate of identity generation %d, the node is at %d", cert.Generation, node.Generation))
+	}
+	switch node.State {
+	case store.StateRevoked, store.StateRetired:
+		return nil, errUnauthenticated("node " + node.ID + " is " + node.State)
+	}
+	return &authedNode{leaf: leaf, info: info, node: node, cert: cert}, nil
+}
