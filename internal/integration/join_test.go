@@ -73,7 +73,7 @@ func TestJoinWithTokenEndToEnd(t *testing.T) {
 
 	t.Run("bcd status shows the identity", func(t *testing.T) {
 		r := run(t, "", nil, "bcd", "status", "--data-dir", dataDir)
-		if r.code != 0 || !regexp.MustCompile(`(?m)^node:\s+` + regexp.QuoteMeta(node) + `$`).MatchString(r.stdout) {
+		if r.code != 0 || !regexp.MustCompile(`(?m)^node:\s+`+regexp.QuoteMeta(node)+`$`).MatchString(r.stdout) {
 			t.Fatalf("bcd status: %s", r)
 		}
 	})
