@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -103,8 +104,7 @@ type node struct {
 	mu    sync.Mutex
 	st    *identity.State
 	cert  *tls.Certificate
-	prev  crypto.Signer // the previous key, held for OldKeyGrace
-	timer *time.Timer
+	prev crypto.Signer // the previous key, held for OldKeyGrace
 
 	// renewal bookkeeping
 	attempt   int
@@ -391,12 +391,18 @@ func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.Sig
 	n.mu.Lock()
 	n.prev = old
 	n.mu.Unlock()
+	// Unload the old key once nothing can still be signing with it (a
+	// TPM-held key frees its handle when closed).
 	time.AfterFunc(n.c.OldKeyGrace, func() {
 		n.mu.Lock()
-		if n.prev == old {
+		drop := n.prev == old
+		if drop {
 			n.prev = nil
 		}
 		n.mu.Unlock()
+		if c, ok := old.(io.Closer); drop && ok {
+			_ = c.Close()
+		}
 	})
 	n.attempt, n.backoff = 0, 0
 	n.nextRenew = n.renewTime()

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -166,5 +165,3 @@ var (
 	sessionOpenRE = regexp.MustCompile(`msg="session open"`)
 	renewedRE     = regexp.MustCompile(`msg=renewed .*serial=(\S+) key=(\S+)`)
 )
-
-func contains(s, sub string) bool { return strings.Contains(s, sub) }
