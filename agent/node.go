@@ -101,9 +101,9 @@ type node struct {
 	log      *slog.Logger
 	instance string
 
-	mu    sync.Mutex
-	st    *identity.State
-	cert  *tls.Certificate
+	mu   sync.Mutex
+	st   *identity.State
+	cert *tls.Certificate
 	prev crypto.Signer // the previous key, held for OldKeyGrace
 
 	// renewal bookkeeping
