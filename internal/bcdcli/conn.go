@@ -54,7 +54,7 @@ func (f *connFlags) resolve() (*config.BCD, error) {
 	}
 	cfg, err := config.LoadBCD(f.config)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("no config at %s: run the install script, or pass --server with the three pin flags and --data-dir", f.config)
+		return nil, fmt.Errorf("no config at %s; run the install script, or pass --server with the three pin flags and --data-dir: %w", f.config, os.ErrNotExist)
 	}
 	if err != nil {
 		return nil, err
