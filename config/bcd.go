@@ -6,9 +6,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
-
-	"github.com/BurntSushi/toml"
 
 	"github.com/nodetrust/nodetrust/pki"
 )
@@ -66,16 +63,8 @@ type Pins struct {
 // LoadBCD reads and validates config.toml.
 func LoadBCD(path string) (*BCD, error) {
 	var c BCD
-	md, err := toml.DecodeFile(path, &c)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return nil, fmt.Errorf("%s: unknown setting %s", path, strings.Join(keys, ", "))
+	if err := decodeFile(path, &c); err != nil {
+		return nil, err
 	}
 	c.path = path
 	if c.DataDir == "" {

@@ -6,10 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
-
-	"github.com/BurntSushi/toml"
 )
 
 // Fleetd is fleetd.toml.
@@ -64,19 +61,11 @@ const (
 // LoadFleetd reads and validates fleetd.toml.
 func LoadFleetd(path string) (*Fleetd, error) {
 	var c Fleetd
-	md, err := toml.DecodeFile(path, &c)
-	if err != nil {
+	if err := decodeFile(path, &c); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("read %s: %w (write one, or start a development server with 'fleetd dev')", path, err)
+			return nil, fmt.Errorf("%w (write one, or start a development server with 'fleetd dev')", err)
 		}
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if und := md.Undecoded(); len(und) > 0 {
-		keys := make([]string, len(und))
-		for i, k := range und {
-			keys[i] = k.String()
-		}
-		return nil, fmt.Errorf("%s: unknown setting %s", path, strings.Join(keys, ", "))
+		return nil, err
 	}
 	c.path = path
 	c.applyDefaults()

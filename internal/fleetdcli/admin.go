@@ -62,6 +62,17 @@ func (f *adminFlags) dial() (adminv1.AdminClient, func(), error) {
 	return adminv1.NewAdminClient(conn), func() { conn.Close() }, nil
 }
 
+// open dials the server and returns a client, a context bounding the call,
+// and a function that releases both.
+func (f *adminFlags) open(cmd *cobra.Command) (adminv1.AdminClient, context.Context, func(), error) {
+	client, closeConn, err := f.dial()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := callCtx(cmd.Context())
+	return client, ctx, func() { cancel(); closeConn() }, nil
+}
+
 func callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, 30*time.Second)
 }

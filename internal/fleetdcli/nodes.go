@@ -24,13 +24,11 @@ func nodesListCommand() *cobra.Command {
 		Short: "List the nodes the control plane knows",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, done, err := f.dial()
+			client, ctx, done, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx(cmd.Context())
-			defer cancel()
 			resp, err := client.ListNodes(ctx, &adminv1.ListNodesRequest{})
 			if err != nil {
 				return rpcError("list nodes", err)
@@ -57,13 +55,11 @@ func nodesShowCommand() *cobra.Command {
 		Short: "Show one node",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, done, err := f.dial()
+			client, ctx, done, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx(cmd.Context())
-			defer cancel()
 			resp, err := client.GetNode(ctx, &adminv1.GetNodeRequest{Id: args[0]})
 			if err != nil {
 				return rpcError("show node "+args[0], err)
@@ -108,13 +104,11 @@ with --allow-reclaim).`,
 			if reason == "" {
 				return cli.Usagef("nodes revoke needs --reason")
 			}
-			client, done, err := f.dial()
+			client, ctx, done, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx(cmd.Context())
-			defer cancel()
 			resp, err := client.RevokeNode(ctx, &adminv1.RevokeNodeRequest{Id: args[0], Reason: reason})
 			if err != nil {
 				return rpcError("revoke node "+args[0], err)
@@ -142,13 +136,11 @@ func nodesDeleteCommand() *cobra.Command {
 		Short: "Revoke a node and remove it",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, done, err := f.dial()
+			client, ctx, done, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx(cmd.Context())
-			defer cancel()
 			resp, err := client.DeleteNode(ctx, &adminv1.DeleteNodeRequest{Id: args[0], Reason: reason})
 			if err != nil {
 				return rpcError("delete node "+args[0], err)
@@ -172,13 +164,11 @@ func nodesApproveCommand() *cobra.Command {
 		Short: "Approve the pending join of a node (a token made with --require-approval)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			client, done, err := f.dial()
+			client, ctx, done, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx(cmd.Context())
-			defer cancel()
 			resp, err := client.ApproveNode(ctx, &adminv1.ApproveNodeRequest{Id: args[0]})
 			if err != nil {
 				return rpcError("approve node "+args[0], err)
@@ -198,13 +188,11 @@ func nodesPendingCommand() *cobra.Command {
 		Short: "List joins waiting for approval",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, done, err := f.dial()
+			client, ctx, done, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx(cmd.Context())
-			defer cancel()
 			resp, err := client.ListPending(ctx, &adminv1.ListPendingRequest{})
 			if err != nil {
 				return rpcError("list pending joins", err)

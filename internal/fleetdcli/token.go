@@ -35,13 +35,11 @@ command line:  bcd join < token.txt`,
 			if role == "" {
 				return cli.Usagef("token create needs --role")
 			}
-			client, done, err := f.dial()
+			client, ctx, done, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx(cmd.Context())
-			defer cancel()
 			resp, err := client.CreateToken(ctx, &adminv1.CreateTokenRequest{
 				Role: role, Site: site, TtlSeconds: int64(ttl / time.Second), NodeId: nodeID, AllowReclaim: allowReclaim, RequireApproval: approval,
 			})
@@ -73,13 +71,11 @@ func tokenListCommand() *cobra.Command {
 		Short: "List join tokens (never their secrets)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			client, done, err := f.dial()
+			client, ctx, done, err := f.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			ctx, cancel := callCtx(cmd.Context())
-			defer cancel()
 			resp, err := client.ListTokens(ctx, &adminv1.ListTokensRequest{})
 			if err != nil {
 				return rpcError("list tokens", err)
