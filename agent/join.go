@@ -57,6 +57,9 @@ type JoinConfig struct {
 	BackoffMin  time.Duration
 	BackoffMax  time.Duration
 	Now         func() time.Time
+	// Waiting, when set, is told each time the join waits for an owner's
+	// approval, so the user sees why nothing happens.
+	Waiting func(message string, next time.Duration)
 	// Sleep waits between attempts; default: a timer that ends early when
 	// ctx is done. Tests record the waits through it.
 	Sleep func(ctx context.Context, d time.Duration) error
@@ -234,6 +237,9 @@ func joinRounds(ctx context.Context, client joinv1.JoinServiceClient, req *joinv
 		case *joinv1.JoinResponse_Pending:
 			wait := max(time.Duration(r.Pending.RetryAfterMs)*time.Millisecond, time.Second)
 			c.Logger.InfoContext(ctx, "join pending: waiting for the control plane's approval", "retry_in", wait.String(), "message", r.Pending.Message)
+			if c.Waiting != nil {
+				c.Waiting(r.Pending.Message, wait)
+			}
 			req.DeferralId = r.Pending.DeferralId
 			if err := c.Sleep(ctx, wait); err != nil {
 				return nil, err

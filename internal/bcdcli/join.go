@@ -107,6 +107,9 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 	src.env, src.envSet = os.LookupEnv(TokenEnv)
 	jc.Token = src.read
 	jc.Claims = hwclaims.Read(os.Getenv(claimsRootEnv))
+	jc.Waiting = func(msg string, next time.Duration) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "bcd: waiting for the control plane's approval (%s); asking again in %s\n", msg, next)
+	}
 
 	res, err := agent.Join(cmd.Context(), jc)
 	if err != nil {

@@ -270,7 +270,7 @@ func TestAJoinWaitsForApproval(t *testing.T) {
 	m := newMachine(t, cp, "", "")
 	tok := cp.token(t, "--role", "worker", "--require-approval")
 	j := startJoin(t, m, tok)
-	j.waitFor(t, regexp.MustCompile(`join pending: waiting for the control plane's approval`), 30*time.Second)
+	j.waitFor(t, regexp.MustCompile(`^bcd: waiting for the control plane's approval \(node \S+ waits for approval: fleetd nodes approve \S+\); asking again in 1s$`), 30*time.Second)
 	pend := run(t, "", nil, "fleetd", "nodes", "pending", "--config", cp.config, "--json")
 	node := jsonField(pend.stdout, "node_id")
 	if pend.code != 0 || node == "" {
@@ -291,5 +291,5 @@ func TestAJoinWaitsForApproval(t *testing.T) {
 // startJoin runs bcd join in the background with the token on stdin.
 func startJoin(t *testing.T, m *machine, tok string) *agentProc {
 	t.Helper()
-	return startProc(t, strings.NewReader(tok), m.env(), "join", "--config", m.cfg, "--log-level", "info")
+	return startProc(t, strings.NewReader(tok), m.env(), "join", "--config", m.cfg)
 }
