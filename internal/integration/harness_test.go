@@ -30,7 +30,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
-	cmd := exec.Command("go", "build", "-o", binDir+"/", "github.com/nodetrust/nodetrust/cmd/fleetd", "github.com/nodetrust/nodetrust/cmd/bcd")
+	args := []string{"build", "-o", binDir + "/"}
+	if os.Getenv("NODETRUST_TEST_RACE") != "" {
+		// Binaries with the race detector: a data race makes them exit 66.
+		args = append(args, "-race")
+	}
+	args = append(args, "github.com/nodetrust/nodetrust/cmd/fleetd", "github.com/nodetrust/nodetrust/cmd/bcd")
+	cmd := exec.Command("go", args...)
 	cmd.Stderr = os.Stderr
 	buildErr = cmd.Run()
 	code := m.Run()

@@ -42,6 +42,13 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 		}
 		serials[got[1]], keys[got[2]] = true, true
 	}
+	// Stop the agent, then take every renewal it logged, including any
+	// after the three awaited.
+	_ = a.cmd.Process.Signal(os.Interrupt)
+	a.wait(t, 30*time.Second)
+	for _, m := range renewedRE.FindAllStringSubmatch(a.log.String(), -1) {
+		serials[m[1]], keys[m[2]] = true, true
+	}
 	st := run(t, "", nil, "bcd", "status", "--config", m.cfg, "--json")
 	if st.code != 0 || !strings.Contains(st.stdout, `"kind": "renewed"`) {
 		t.Fatalf("bcd status after renewals: %s", st)
@@ -54,9 +61,11 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 	if !keys[pin.String()] || pin == joinKey {
 		t.Errorf("the stored key %s is not one the renewals certified", pin)
 	}
-	show := run(t, "", nil, "fleetd", "nodes", "show", node, "--config", cp.config, "--json")
-	if !serials[jsonField(show.stdout, "cert_serial")] {
-		t.Errorf("the server's current serial is not one the node received: %s", show.stdout)
+	if !serials[now.Leaf.SerialNumber.Text(16)] || now.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
+		t.Errorf("the stored certificate %x is not one the renewals returned", now.Leaf.SerialNumber)
+	}
+	if show := run(t, "", nil, "fleetd", "nodes", "show", node, "--config", cp.config, "--json"); jsonField(show.stdout, "state") != "active" {
+		t.Errorf("the node is not active after its renewals: %s", show.stdout)
 	}
 }
 
