@@ -23,4 +23,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# swtpm, swtpm-tools and tpm2-tools for the TPM integration tests.
+./scripts/swtpm-deps.sh || true
+
 go mod download
