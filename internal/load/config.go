@@ -1,0 +1,210 @@
+package load
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/nodetrust/nodetrust/pki"
+)
+
+// Config is one run of the load tool.
+type Config struct {
+	// Nodes is the number of simulated nodes (default 1000).
+	Nodes int
+	// Concurrency bounds the operations in flight (default 64).
+	Concurrency int
+	// Renewals is how many times each node renews over its session
+	// (default 2; 0 skips the phase).
+	Renewals int
+	// Revoke is how many nodes are revoked while every session is held;
+	// negative means 10% of Nodes, at least one.
+	Revoke int
+
+	// Fleetd is the fleetd binary to start; empty finds it next to this
+	// program, else in PATH.
+	Fleetd string
+	// ServerConfig, when set, names the fleetd.toml of a running server
+	// to target instead of starting one: its address, pki_dir (owner
+	// credential and pins) and renewal_limit are read from it.
+	ServerConfig string
+	// Server overrides the address read from ServerConfig.
+	Server string
+	// ServerPID is the running server's process; 0 looks for the local
+	// process listening on the server's port.
+	ServerPID int
+	// KEM is the join encryption KEM of a started server.
+	KEM string
+	// Role and Site of the tokens.
+	Role string
+	Site string
+
+	// Timeout bounds one operation (a join, a session's opening, a
+	// renewal, a revocation's notice).
+	Timeout time.Duration
+	// Retries is how many times a retryable failure (UNAVAILABLE,
+	// RESOURCE_EXHAUSTED with a short pushback) is tried again.
+	Retries int
+	// Settle is how long held sessions rest before their memory is read,
+	// and how long the run watches for wrongly ended sessions after the
+	// revocations.
+	Settle time.Duration
+	// FloorTime is spent measuring each item of the crypto floor.
+	FloorTime time.Duration
+	// Keep keeps a started server's folder.
+	Keep bool
+	// JSON, when set, is the file the report is written to.
+	JSON string
+
+	// Out receives the report's tables; Log receives warnings; Progress,
+	// when not nil, receives the progress line (\r updates).
+	Out      io.Writer
+	Log      io.Writer
+	Progress io.Writer
+
+	con *console
+}
+
+func (c *Config) defaults() {
+	if c.Nodes == 0 {
+		c.Nodes = 1000
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 64
+	}
+	if c.Revoke < 0 {
+		c.Revoke = max(1, c.Nodes/10)
+	}
+	if c.KEM == "" {
+		c.KEM = pki.KEMP256
+	}
+	if c.Role == "" {
+		c.Role = "load"
+	}
+	if c.Timeout == 0 {
+		c.Timeout = time.Minute
+	}
+	if c.Settle == 0 {
+		c.Settle = 2 * time.Second
+	}
+	if c.FloorTime == 0 {
+		c.FloorTime = 300 * time.Millisecond
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	if c.Log == nil {
+		c.Log = io.Discard
+	}
+	c.con = newConsole(c.Log, c.Progress)
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.Nodes < 1:
+		return fmt.Errorf("--nodes %d: want at least 1", c.Nodes)
+	case c.Concurrency < 1:
+		return fmt.Errorf("--concurrency %d: want at least 1", c.Concurrency)
+	case c.Renewals < 0:
+		return fmt.Errorf("--renewals %d: want 0 or more", c.Renewals)
+	case c.Revoke > c.Nodes:
+		return fmt.Errorf("--revoke %d: more than the %d nodes", c.Revoke, c.Nodes)
+	case c.Retries < 0:
+		return fmt.Errorf("--retries %d: want 0 or more", c.Retries)
+	case c.Server != "" && c.ServerConfig == "":
+		return errors.New("--server needs --config: the running server's fleetd.toml (for its pki_dir)")
+	case c.Timeout <= 0 || c.Settle < 0 || c.FloorTime <= 0:
+		return errors.New("--timeout and --floor-time must be positive, --settle not negative")
+	}
+	return nil
+}
+
+func (c *Config) warnf(format string, args ...any) {
+	c.con.println("nodetrust-load: " + fmt.Sprintf(format, args...))
+}
+
+// usageError is a command-line mistake (exit 2).
+type usageError struct{ error }
+
+// parseArgs reads the command line into a Config.
+func parseArgs(args []string, stdout, stderr io.Writer) (*Config, error) {
+	c := &Config{}
+	fs := pflag.NewFlagSet("nodetrust-load", pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&c.Nodes, "nodes", 1000, "simulated nodes, each with its own key and hardware claims")
+	fs.IntVar(&c.Concurrency, "concurrency", 64, "operations in flight at once")
+	fs.IntVar(&c.Renewals, "renewals", 2, "renewals per node over its live session (0 skips the phase)")
+	fs.IntVar(&c.Revoke, "revoke", -1, "nodes revoked while all sessions are held (default 10% of --nodes)")
+	fs.StringVar(&c.Fleetd, "fleetd", "", "fleetd binary to start (default: fleetd next to this program, else in PATH)")
+	fs.StringVar(&c.ServerConfig, "config", "", "target the running server of this fleetd.toml instead of starting one")
+	fs.StringVar(&c.Server, "server", "", "with --config: the server's address, when not the one in fleetd.toml")
+	fs.IntVar(&c.ServerPID, "server-pid", 0, "with --config: the server's process id (default: the local process listening on its port)")
+	fs.StringVar(&c.KEM, "kem", pki.KEMP256, "join encryption KEM of the started server: p256 or mlkem768-p256")
+	fs.StringVar(&c.Role, "role", "load", "role of the join tokens")
+	fs.StringVar(&c.Site, "site", "", "site of the join tokens")
+	fs.DurationVar(&c.Timeout, "timeout", time.Minute, "longest wait for one operation")
+	fs.IntVar(&c.Retries, "retries", 3, "retries of a retryable failure (UNAVAILABLE, short pushback)")
+	fs.DurationVar(&c.Settle, "settle", 2*time.Second, "rest before reading held sessions' memory, and watch after the revocations")
+	fs.DurationVar(&c.FloorTime, "floor-time", 300*time.Millisecond, "time spent measuring each item of the crypto floor")
+	fs.BoolVar(&c.Keep, "keep", false, "keep the started server's folder (PKI, fleetd.toml, store)")
+	fs.StringVar(&c.JSON, "json", "", "write the report as JSON to this file")
+	quiet := fs.Bool("quiet", false, "no progress line")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "Usage: nodetrust-load [flags]\n\nDrives simulated nodes through joins, live sessions, renewals and revocations against\na fleetd it starts (or a running one, --config) and reports rates, latencies and the\nserver's CPU and memory next to the crypto floor. See docs/performance.md.\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return nil, err
+		}
+		return nil, usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return nil, usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	// Zero takes the default in a Config; on the command line it is a
+	// mistake.
+	if c.Nodes < 1 || c.Concurrency < 1 {
+		return nil, usageError{fmt.Errorf("--nodes and --concurrency must be at least 1")}
+	}
+	c.Out, c.Log = stdout, stderr
+	if !*quiet {
+		c.Progress = stderr
+	}
+	return c, nil
+}
+
+// Main runs the tool with the command line args and returns its exit
+// code: 0 when every correctness check passed, 1 when one failed or the
+// run could not be made, 2 for a command-line mistake.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c, err := parseArgs(args, stdout, stderr)
+	if errors.Is(err, pflag.ErrHelp) {
+		return 0
+	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(stderr, "nodetrust-load: %v\n", err)
+		return 2
+	}
+	check := *c
+	check.defaults()
+	if err := check.validate(); err != nil {
+		fmt.Fprintf(stderr, "nodetrust-load: %v\n", err)
+		return 2
+	}
+	rep, err := Run(ctx, *c)
+	if err != nil {
+		fmt.Fprintf(stderr, "nodetrust-load: %v\n", err)
+		return 1
+	}
+	if !rep.OK {
+		fmt.Fprintln(stderr, "nodetrust-load: a correctness check failed (see above)")
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,57 @@
+package load
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	// A command name with a space and a parenthesis; utime 250, stime 50.
+	stat := "1234 (fleetd (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 0 0\n"
+	got, err := parseStatCPU([]byte(stat))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 3 * time.Second; got != want {
+		t.Errorf("CPU %s, want %s", got, want)
+	}
+	if _, err := parseStatCPU([]byte("1234 (x) S 1")); err == nil {
+		t.Error("a short stat line parsed")
+	}
+}
+
+func TestParseStatusMem(t *testing.T) {
+	hwm, rss := parseStatusMem([]byte("Name:\tfleetd\nVmHWM:\t   2048 kB\nVmRSS:\t   1024 kB\nThreads:\t8\n"))
+	if hwm != 2048*1024 || rss != 1024*1024 {
+		t.Errorf("VmHWM %d, VmRSS %d", hwm, rss)
+	}
+}
+
+func TestSampleSelf(t *testing.T) {
+	u, err := sampleProc(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.RSS <= 0 || u.HWM < u.RSS {
+		t.Errorf("RSS %d, peak %d", u.RSS, u.HWM)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var d []time.Duration
+	for i := 1; i <= 100; i++ {
+		d = append(d, time.Duration(i))
+	}
+	for q, want := range map[float64]time.Duration{0.5: 50, 0.9: 90, 0.99: 99, 1: 100} {
+		if got := percentile(d, q); got != want {
+			t.Errorf("p%v = %d, want %d", q*100, got, want)
+		}
+	}
+	if percentile(nil, 0.5) != 0 {
+		t.Error("percentile of nothing")
+	}
+	if got := percentile(d[:1], 0.99); got != 1 {
+		t.Errorf("p99 of one value = %d", got)
+	}
+}
