@@ -146,7 +146,11 @@ type JoinRequest struct {
 	NodeId string `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	// Set when this request continues a deferral (JoinPending or
 	// JoinChallenge) answered earlier for the same CSR.
-	DeferralId    string `protobuf:"bytes,8,opt,name=deferral_id,json=deferralId,proto3" json:"deferral_id,omitempty"`
+	DeferralId string `protobuf:"bytes,8,opt,name=deferral_id,json=deferralId,proto3" json:"deferral_id,omitempty"`
+	// For the tpm attestor: the TPM's evidence (every round) and, after a
+	// JoinChallenge, the answer to it.
+	Tpm           *TpmEvidence     `protobuf:"bytes,9,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	Answer        *ChallengeAnswer `protobuf:"bytes,10,opt,name=answer,proto3" json:"answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -237,6 +241,280 @@ func (x *JoinRequest) GetDeferralId() string {
 	return ""
 }
 
+func (x *JoinRequest) GetTpm() *TpmEvidence {
+	if x != nil {
+		return x.Tpm
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetAnswer() *ChallengeAnswer {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
+// TpmEvidence is what the tpm attestor sends in every round. Public areas
+// are TPMT_PUBLIC contents (TPM 2.0 Part 2, 12.2.4), without the TPM2B size.
+type TpmEvidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The EK certificate read from NV (DER), empty when the TPM has none;
+	// then the EK must be pinned for a known node.
+	EkCertificate []byte `protobuf:"bytes,1,opt,name=ek_certificate,json=ekCertificate,proto3" json:"ek_certificate,omitempty"`
+	// The NV index the certificate came from (0x01C00002, 0x01C0000A or
+	// 0x01C00016).
+	EkCertificateIndex uint32 `protobuf:"varint,2,opt,name=ek_certificate_index,json=ekCertificateIndex,proto3" json:"ek_certificate_index,omitempty"`
+	EkPublic           []byte `protobuf:"bytes,3,opt,name=ek_public,json=ekPublic,proto3" json:"ek_public,omitempty"`
+	AkPublic           []byte `protobuf:"bytes,4,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`
+	// The node key's public area and the AK's TPM2_Certify of it with
+	// qualifying data sha256(csr): attest (TPMS_ATTEST) and TPMT_SIGNATURE.
+	NodeKeyPublic    []byte `protobuf:"bytes,5,opt,name=node_key_public,json=nodeKeyPublic,proto3" json:"node_key_public,omitempty"`
+	CertifyAttest    []byte `protobuf:"bytes,6,opt,name=certify_attest,json=certifyAttest,proto3" json:"certify_attest,omitempty"`
+	CertifySignature []byte `protobuf:"bytes,7,opt,name=certify_signature,json=certifySignature,proto3" json:"certify_signature,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *TpmEvidence) Reset() {
+	*x = TpmEvidence{}
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TpmEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TpmEvidence) ProtoMessage() {}
+
+func (x *TpmEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TpmEvidence.ProtoReflect.Descriptor instead.
+func (*TpmEvidence) Descriptor() ([]byte, []int) {
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TpmEvidence) GetEkCertificate() []byte {
+	if x != nil {
+		return x.EkCertificate
+	}
+	return nil
+}
+
+func (x *TpmEvidence) GetEkCertificateIndex() uint32 {
+	if x != nil {
+		return x.EkCertificateIndex
+	}
+	return 0
+}
+
+func (x *TpmEvidence) GetEkPublic() []byte {
+	if x != nil {
+		return x.EkPublic
+	}
+	return nil
+}
+
+func (x *TpmEvidence) GetAkPublic() []byte {
+	if x != nil {
+		return x.AkPublic
+	}
+	return nil
+}
+
+func (x *TpmEvidence) GetNodeKeyPublic() []byte {
+	if x != nil {
+		return x.NodeKeyPublic
+	}
+	return nil
+}
+
+func (x *TpmEvidence) GetCertifyAttest() []byte {
+	if x != nil {
+		return x.CertifyAttest
+	}
+	return nil
+}
+
+func (x *TpmEvidence) GetCertifySignature() []byte {
+	if x != nil {
+		return x.CertifySignature
+	}
+	return nil
+}
+
+// ChallengeAnswer answers a JoinChallenge.
+type ChallengeAnswer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Round uint32                 `protobuf:"varint,1,opt,name=round,proto3" json:"round,omitempty"`
+	// The secret TPM2_ActivateCredential recovered.
+	ActivatedSecret []byte `protobuf:"bytes,2,opt,name=activated_secret,json=activatedSecret,proto3" json:"activated_secret,omitempty"`
+	// A TPM2_Quote by the AK over the challenge's nonce: attest and
+	// TPMT_SIGNATURE, and the quoted PCR values (SHA-256 bank).
+	QuoteAttest    []byte            `protobuf:"bytes,3,opt,name=quote_attest,json=quoteAttest,proto3" json:"quote_attest,omitempty"`
+	QuoteSignature []byte            `protobuf:"bytes,4,opt,name=quote_signature,json=quoteSignature,proto3" json:"quote_signature,omitempty"`
+	Pcrs           map[uint32][]byte `protobuf:"bytes,5,rep,name=pcrs,proto3" json:"pcrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The boot event log (TCG PC Client format), empty when there is none.
+	EventLog      []byte `protobuf:"bytes,6,opt,name=event_log,json=eventLog,proto3" json:"event_log,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChallengeAnswer) Reset() {
+	*x = ChallengeAnswer{}
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChallengeAnswer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChallengeAnswer) ProtoMessage() {}
+
+func (x *ChallengeAnswer) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChallengeAnswer.ProtoReflect.Descriptor instead.
+func (*ChallengeAnswer) Descriptor() ([]byte, []int) {
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ChallengeAnswer) GetRound() uint32 {
+	if x != nil {
+		return x.Round
+	}
+	return 0
+}
+
+func (x *ChallengeAnswer) GetActivatedSecret() []byte {
+	if x != nil {
+		return x.ActivatedSecret
+	}
+	return nil
+}
+
+func (x *ChallengeAnswer) GetQuoteAttest() []byte {
+	if x != nil {
+		return x.QuoteAttest
+	}
+	return nil
+}
+
+func (x *ChallengeAnswer) GetQuoteSignature() []byte {
+	if x != nil {
+		return x.QuoteSignature
+	}
+	return nil
+}
+
+func (x *ChallengeAnswer) GetPcrs() map[uint32][]byte {
+	if x != nil {
+		return x.Pcrs
+	}
+	return nil
+}
+
+func (x *ChallengeAnswer) GetEventLog() []byte {
+	if x != nil {
+		return x.EventLog
+	}
+	return nil
+}
+
+// KeyAttestation proves the next key of a renewal lives in the TPM of the
+// AK the current certificate names.
+type KeyAttestation struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AkPublic  []byte                 `protobuf:"bytes,1,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`
+	KeyPublic []byte                 `protobuf:"bytes,2,opt,name=key_public,json=keyPublic,proto3" json:"key_public,omitempty"`
+	// TPM2_Certify of the key by the AK with qualifying data sha256(csr).
+	CertifyAttest    []byte `protobuf:"bytes,3,opt,name=certify_attest,json=certifyAttest,proto3" json:"certify_attest,omitempty"`
+	CertifySignature []byte `protobuf:"bytes,4,opt,name=certify_signature,json=certifySignature,proto3" json:"certify_signature,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *KeyAttestation) Reset() {
+	*x = KeyAttestation{}
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyAttestation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyAttestation) ProtoMessage() {}
+
+func (x *KeyAttestation) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyAttestation.ProtoReflect.Descriptor instead.
+func (*KeyAttestation) Descriptor() ([]byte, []int) {
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *KeyAttestation) GetAkPublic() []byte {
+	if x != nil {
+		return x.AkPublic
+	}
+	return nil
+}
+
+func (x *KeyAttestation) GetKeyPublic() []byte {
+	if x != nil {
+		return x.KeyPublic
+	}
+	return nil
+}
+
+func (x *KeyAttestation) GetCertifyAttest() []byte {
+	if x != nil {
+		return x.CertifyAttest
+	}
+	return nil
+}
+
+func (x *KeyAttestation) GetCertifySignature() []byte {
+	if x != nil {
+		return x.CertifySignature
+	}
+	return nil
+}
+
 type JoinResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Result:
@@ -251,7 +529,7 @@ type JoinResponse struct {
 
 func (x *JoinResponse) Reset() {
 	*x = JoinResponse{}
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[2]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +541,7 @@ func (x *JoinResponse) String() string {
 func (*JoinResponse) ProtoMessage() {}
 
 func (x *JoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[2]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +554,7 @@ func (x *JoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResponse.ProtoReflect.Descriptor instead.
 func (*JoinResponse) Descriptor() ([]byte, []int) {
-	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{2}
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *JoinResponse) GetResult() isJoinResponse_Result {
@@ -353,7 +631,7 @@ type SignedJoinResult struct {
 
 func (x *SignedJoinResult) Reset() {
 	*x = SignedJoinResult{}
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[3]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -365,7 +643,7 @@ func (x *SignedJoinResult) String() string {
 func (*SignedJoinResult) ProtoMessage() {}
 
 func (x *SignedJoinResult) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[3]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -378,7 +656,7 @@ func (x *SignedJoinResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignedJoinResult.ProtoReflect.Descriptor instead.
 func (*SignedJoinResult) Descriptor() ([]byte, []int) {
-	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{3}
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SignedJoinResult) GetPayload() []byte {
@@ -431,7 +709,7 @@ type JoinResult struct {
 
 func (x *JoinResult) Reset() {
 	*x = JoinResult{}
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[4]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +721,7 @@ func (x *JoinResult) String() string {
 func (*JoinResult) ProtoMessage() {}
 
 func (x *JoinResult) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[4]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +734,7 @@ func (x *JoinResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinResult.ProtoReflect.Descriptor instead.
 func (*JoinResult) Descriptor() ([]byte, []int) {
-	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{4}
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *JoinResult) GetCsrSha256() []byte {
@@ -542,7 +820,7 @@ type JoinPending struct {
 
 func (x *JoinPending) Reset() {
 	*x = JoinPending{}
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[5]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +832,7 @@ func (x *JoinPending) String() string {
 func (*JoinPending) ProtoMessage() {}
 
 func (x *JoinPending) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[5]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +845,7 @@ func (x *JoinPending) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinPending.ProtoReflect.Descriptor instead.
 func (*JoinPending) Descriptor() ([]byte, []int) {
-	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{5}
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinPending) GetDeferralId() string {
@@ -607,7 +885,7 @@ type JoinChallenge struct {
 
 func (x *JoinChallenge) Reset() {
 	*x = JoinChallenge{}
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[6]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +897,7 @@ func (x *JoinChallenge) String() string {
 func (*JoinChallenge) ProtoMessage() {}
 
 func (x *JoinChallenge) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[6]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +910,7 @@ func (x *JoinChallenge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinChallenge.ProtoReflect.Descriptor instead.
 func (*JoinChallenge) Descriptor() ([]byte, []int) {
-	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{6}
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *JoinChallenge) GetDeferralId() string {
@@ -687,14 +965,16 @@ type RenewRequest struct {
 	ClientTimeUnixNano int64 `protobuf:"varint,3,opt,name=client_time_unix_nano,json=clientTimeUnixNano,proto3" json:"client_time_unix_nano,omitempty"`
 	// Signature by the current key, IEEE P1363, over
 	// SHA-256("nodetrust renew-pop v1" || 0x00 || sha256(csr) || client_time as 8 bytes big endian).
-	Proof         []byte `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Proof []byte `protobuf:"bytes,4,opt,name=proof,proto3" json:"proof,omitempty"`
+	// Required when the current certificate names a TPM AK.
+	KeyAttestation *KeyAttestation `protobuf:"bytes,5,opt,name=key_attestation,json=keyAttestation,proto3" json:"key_attestation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RenewRequest) Reset() {
 	*x = RenewRequest{}
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[7]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -706,7 +986,7 @@ func (x *RenewRequest) String() string {
 func (*RenewRequest) ProtoMessage() {}
 
 func (x *RenewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[7]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -719,7 +999,7 @@ func (x *RenewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewRequest.ProtoReflect.Descriptor instead.
 func (*RenewRequest) Descriptor() ([]byte, []int) {
-	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{7}
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RenewRequest) GetCsr() []byte {
@@ -750,6 +1030,13 @@ func (x *RenewRequest) GetProof() []byte {
 	return nil
 }
 
+func (x *RenewRequest) GetKeyAttestation() *KeyAttestation {
+	if x != nil {
+		return x.KeyAttestation
+	}
+	return nil
+}
+
 type RenewResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Signed        *SignedJoinResult      `protobuf:"bytes,1,opt,name=signed,proto3" json:"signed,omitempty"`
@@ -759,7 +1046,7 @@ type RenewResponse struct {
 
 func (x *RenewResponse) Reset() {
 	*x = RenewResponse{}
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[8]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +1058,7 @@ func (x *RenewResponse) String() string {
 func (*RenewResponse) ProtoMessage() {}
 
 func (x *RenewResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[8]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +1071,7 @@ func (x *RenewResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewResponse.ProtoReflect.Descriptor instead.
 func (*RenewResponse) Descriptor() ([]byte, []int) {
-	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{8}
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *RenewResponse) GetSigned() *SignedJoinResult {
@@ -802,7 +1089,7 @@ type GetWellKnownRequest struct {
 
 func (x *GetWellKnownRequest) Reset() {
 	*x = GetWellKnownRequest{}
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[9]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -814,7 +1101,7 @@ func (x *GetWellKnownRequest) String() string {
 func (*GetWellKnownRequest) ProtoMessage() {}
 
 func (x *GetWellKnownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[9]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -827,7 +1114,7 @@ func (x *GetWellKnownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWellKnownRequest.ProtoReflect.Descriptor instead.
 func (*GetWellKnownRequest) Descriptor() ([]byte, []int) {
-	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{9}
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{12}
 }
 
 type GetWellKnownResponse struct {
@@ -843,7 +1130,7 @@ type GetWellKnownResponse struct {
 
 func (x *GetWellKnownResponse) Reset() {
 	*x = GetWellKnownResponse{}
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[10]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -855,7 +1142,7 @@ func (x *GetWellKnownResponse) String() string {
 func (*GetWellKnownResponse) ProtoMessage() {}
 
 func (x *GetWellKnownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_join_v1_join_proto_msgTypes[10]
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -868,7 +1155,7 @@ func (x *GetWellKnownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWellKnownResponse.ProtoReflect.Descriptor instead.
 func (*GetWellKnownResponse) Descriptor() ([]byte, []int) {
-	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{10}
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetWellKnownResponse) GetDocument() []byte {
@@ -898,7 +1185,7 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"\x04macs\x18\x05 \x03(\tR\x04macs\x12\x1b\n" +
 	"\tgpu_uuids\x18\x06 \x03(\tR\bgpuUuids\x12\x1a\n" +
 	"\bhostname\x18\a \x01(\tR\bhostname\x12\x17\n" +
-	"\aboot_id\x18\b \x01(\tR\x06bootId\"\x8e\x02\n" +
+	"\aboot_id\x18\b \x01(\tR\x06bootId\"\xfc\x02\n" +
 	"\vJoinRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\x12\x1a\n" +
 	"\battestor\x18\x02 \x01(\tR\battestor\x12!\n" +
@@ -908,7 +1195,34 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"\x04role\x18\x06 \x01(\tR\x04role\x12\x17\n" +
 	"\anode_id\x18\a \x01(\tR\x06nodeId\x12\x1f\n" +
 	"\vdeferral_id\x18\b \x01(\tR\n" +
-	"deferralId\"\xd5\x01\n" +
+	"deferralId\x120\n" +
+	"\x03tpm\x18\t \x01(\v2\x1e.nodetrust.join.v1.TpmEvidenceR\x03tpm\x12:\n" +
+	"\x06answer\x18\n" +
+	" \x01(\v2\".nodetrust.join.v1.ChallengeAnswerR\x06answer\"\x9c\x02\n" +
+	"\vTpmEvidence\x12%\n" +
+	"\x0eek_certificate\x18\x01 \x01(\fR\rekCertificate\x120\n" +
+	"\x14ek_certificate_index\x18\x02 \x01(\rR\x12ekCertificateIndex\x12\x1b\n" +
+	"\tek_public\x18\x03 \x01(\fR\bekPublic\x12\x1b\n" +
+	"\tak_public\x18\x04 \x01(\fR\bakPublic\x12&\n" +
+	"\x0fnode_key_public\x18\x05 \x01(\fR\rnodeKeyPublic\x12%\n" +
+	"\x0ecertify_attest\x18\x06 \x01(\fR\rcertifyAttest\x12+\n" +
+	"\x11certify_signature\x18\a \x01(\fR\x10certifySignature\"\xb6\x02\n" +
+	"\x0fChallengeAnswer\x12\x14\n" +
+	"\x05round\x18\x01 \x01(\rR\x05round\x12)\n" +
+	"\x10activated_secret\x18\x02 \x01(\fR\x0factivatedSecret\x12!\n" +
+	"\fquote_attest\x18\x03 \x01(\fR\vquoteAttest\x12'\n" +
+	"\x0fquote_signature\x18\x04 \x01(\fR\x0equoteSignature\x12@\n" +
+	"\x04pcrs\x18\x05 \x03(\v2,.nodetrust.join.v1.ChallengeAnswer.PcrsEntryR\x04pcrs\x12\x1b\n" +
+	"\tevent_log\x18\x06 \x01(\fR\beventLog\x1a7\n" +
+	"\tPcrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\xa0\x01\n" +
+	"\x0eKeyAttestation\x12\x1b\n" +
+	"\tak_public\x18\x01 \x01(\fR\bakPublic\x12\x1d\n" +
+	"\n" +
+	"key_public\x18\x02 \x01(\fR\tkeyPublic\x12%\n" +
+	"\x0ecertify_attest\x18\x03 \x01(\fR\rcertifyAttest\x12+\n" +
+	"\x11certify_signature\x18\x04 \x01(\fR\x10certifySignature\"\xd5\x01\n" +
 	"\fJoinResponse\x12=\n" +
 	"\x06signed\x18\x01 \x01(\v2#.nodetrust.join.v1.SignedJoinResultH\x00R\x06signed\x12:\n" +
 	"\apending\x18\x02 \x01(\v2\x1e.nodetrust.join.v1.JoinPendingH\x00R\apending\x12@\n" +
@@ -946,12 +1260,13 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"\x13not_after_unix_nano\x18\x03 \x01(\x03R\x10notAfterUnixNano\x12\x14\n" +
 	"\x05nonce\x18\x04 \x01(\fR\x05nonce\x12'\n" +
 	"\x0fcredential_blob\x18\x05 \x01(\fR\x0ecredentialBlob\x12)\n" +
-	"\x10encrypted_secret\x18\x06 \x01(\fR\x0fencryptedSecret\"\x7f\n" +
+	"\x10encrypted_secret\x18\x06 \x01(\fR\x0fencryptedSecret\"\xcb\x01\n" +
 	"\fRenewRequest\x12\x10\n" +
 	"\x03csr\x18\x01 \x01(\fR\x03csr\x12\x14\n" +
 	"\x05chain\x18\x02 \x03(\fR\x05chain\x121\n" +
 	"\x15client_time_unix_nano\x18\x03 \x01(\x03R\x12clientTimeUnixNano\x12\x14\n" +
-	"\x05proof\x18\x04 \x01(\fR\x05proof\"L\n" +
+	"\x05proof\x18\x04 \x01(\fR\x05proof\x12J\n" +
+	"\x0fkey_attestation\x18\x05 \x01(\v2!.nodetrust.join.v1.KeyAttestationR\x0ekeyAttestation\"L\n" +
 	"\rRenewResponse\x12;\n" +
 	"\x06signed\x18\x01 \x01(\v2#.nodetrust.join.v1.SignedJoinResultR\x06signed\"\x15\n" +
 	"\x13GetWellKnownRequest\"e\n" +
@@ -975,37 +1290,45 @@ func file_nodetrust_join_v1_join_proto_rawDescGZIP() []byte {
 	return file_nodetrust_join_v1_join_proto_rawDescData
 }
 
-var file_nodetrust_join_v1_join_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_nodetrust_join_v1_join_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_nodetrust_join_v1_join_proto_goTypes = []any{
 	(*HardwareClaims)(nil),       // 0: nodetrust.join.v1.HardwareClaims
 	(*JoinRequest)(nil),          // 1: nodetrust.join.v1.JoinRequest
-	(*JoinResponse)(nil),         // 2: nodetrust.join.v1.JoinResponse
-	(*SignedJoinResult)(nil),     // 3: nodetrust.join.v1.SignedJoinResult
-	(*JoinResult)(nil),           // 4: nodetrust.join.v1.JoinResult
-	(*JoinPending)(nil),          // 5: nodetrust.join.v1.JoinPending
-	(*JoinChallenge)(nil),        // 6: nodetrust.join.v1.JoinChallenge
-	(*RenewRequest)(nil),         // 7: nodetrust.join.v1.RenewRequest
-	(*RenewResponse)(nil),        // 8: nodetrust.join.v1.RenewResponse
-	(*GetWellKnownRequest)(nil),  // 9: nodetrust.join.v1.GetWellKnownRequest
-	(*GetWellKnownResponse)(nil), // 10: nodetrust.join.v1.GetWellKnownResponse
+	(*TpmEvidence)(nil),          // 2: nodetrust.join.v1.TpmEvidence
+	(*ChallengeAnswer)(nil),      // 3: nodetrust.join.v1.ChallengeAnswer
+	(*KeyAttestation)(nil),       // 4: nodetrust.join.v1.KeyAttestation
+	(*JoinResponse)(nil),         // 5: nodetrust.join.v1.JoinResponse
+	(*SignedJoinResult)(nil),     // 6: nodetrust.join.v1.SignedJoinResult
+	(*JoinResult)(nil),           // 7: nodetrust.join.v1.JoinResult
+	(*JoinPending)(nil),          // 8: nodetrust.join.v1.JoinPending
+	(*JoinChallenge)(nil),        // 9: nodetrust.join.v1.JoinChallenge
+	(*RenewRequest)(nil),         // 10: nodetrust.join.v1.RenewRequest
+	(*RenewResponse)(nil),        // 11: nodetrust.join.v1.RenewResponse
+	(*GetWellKnownRequest)(nil),  // 12: nodetrust.join.v1.GetWellKnownRequest
+	(*GetWellKnownResponse)(nil), // 13: nodetrust.join.v1.GetWellKnownResponse
+	nil,                          // 14: nodetrust.join.v1.ChallengeAnswer.PcrsEntry
 }
 var file_nodetrust_join_v1_join_proto_depIdxs = []int32{
 	0,  // 0: nodetrust.join.v1.JoinRequest.claims:type_name -> nodetrust.join.v1.HardwareClaims
-	3,  // 1: nodetrust.join.v1.JoinResponse.signed:type_name -> nodetrust.join.v1.SignedJoinResult
-	5,  // 2: nodetrust.join.v1.JoinResponse.pending:type_name -> nodetrust.join.v1.JoinPending
-	6,  // 3: nodetrust.join.v1.JoinResponse.challenge:type_name -> nodetrust.join.v1.JoinChallenge
-	3,  // 4: nodetrust.join.v1.RenewResponse.signed:type_name -> nodetrust.join.v1.SignedJoinResult
-	1,  // 5: nodetrust.join.v1.JoinService.Join:input_type -> nodetrust.join.v1.JoinRequest
-	7,  // 6: nodetrust.join.v1.JoinService.Renew:input_type -> nodetrust.join.v1.RenewRequest
-	9,  // 7: nodetrust.join.v1.JoinService.GetWellKnown:input_type -> nodetrust.join.v1.GetWellKnownRequest
-	2,  // 8: nodetrust.join.v1.JoinService.Join:output_type -> nodetrust.join.v1.JoinResponse
-	8,  // 9: nodetrust.join.v1.JoinService.Renew:output_type -> nodetrust.join.v1.RenewResponse
-	10, // 10: nodetrust.join.v1.JoinService.GetWellKnown:output_type -> nodetrust.join.v1.GetWellKnownResponse
-	8,  // [8:11] is the sub-list for method output_type
-	5,  // [5:8] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	2,  // 1: nodetrust.join.v1.JoinRequest.tpm:type_name -> nodetrust.join.v1.TpmEvidence
+	3,  // 2: nodetrust.join.v1.JoinRequest.answer:type_name -> nodetrust.join.v1.ChallengeAnswer
+	14, // 3: nodetrust.join.v1.ChallengeAnswer.pcrs:type_name -> nodetrust.join.v1.ChallengeAnswer.PcrsEntry
+	6,  // 4: nodetrust.join.v1.JoinResponse.signed:type_name -> nodetrust.join.v1.SignedJoinResult
+	8,  // 5: nodetrust.join.v1.JoinResponse.pending:type_name -> nodetrust.join.v1.JoinPending
+	9,  // 6: nodetrust.join.v1.JoinResponse.challenge:type_name -> nodetrust.join.v1.JoinChallenge
+	4,  // 7: nodetrust.join.v1.RenewRequest.key_attestation:type_name -> nodetrust.join.v1.KeyAttestation
+	6,  // 8: nodetrust.join.v1.RenewResponse.signed:type_name -> nodetrust.join.v1.SignedJoinResult
+	1,  // 9: nodetrust.join.v1.JoinService.Join:input_type -> nodetrust.join.v1.JoinRequest
+	10, // 10: nodetrust.join.v1.JoinService.Renew:input_type -> nodetrust.join.v1.RenewRequest
+	12, // 11: nodetrust.join.v1.JoinService.GetWellKnown:input_type -> nodetrust.join.v1.GetWellKnownRequest
+	5,  // 12: nodetrust.join.v1.JoinService.Join:output_type -> nodetrust.join.v1.JoinResponse
+	11, // 13: nodetrust.join.v1.JoinService.Renew:output_type -> nodetrust.join.v1.RenewResponse
+	13, // 14: nodetrust.join.v1.JoinService.GetWellKnown:output_type -> nodetrust.join.v1.GetWellKnownResponse
+	12, // [12:15] is the sub-list for method output_type
+	9,  // [9:12] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_join_v1_join_proto_init() }
@@ -1013,7 +1336,7 @@ func file_nodetrust_join_v1_join_proto_init() {
 	if File_nodetrust_join_v1_join_proto != nil {
 		return
 	}
-	file_nodetrust_join_v1_join_proto_msgTypes[2].OneofWrappers = []any{
+	file_nodetrust_join_v1_join_proto_msgTypes[5].OneofWrappers = []any{
 		(*JoinResponse_Signed)(nil),
 		(*JoinResponse_Pending)(nil),
 		(*JoinResponse_Challenge)(nil),
@@ -1024,7 +1347,7 @@ func file_nodetrust_join_v1_join_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_join_v1_join_proto_rawDesc), len(file_nodetrust_join_v1_join_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
