@@ -1,11 +1,13 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
@@ -21,6 +23,7 @@ import (
 	"github.com/nodetrust/nodetrust/hwclaims"
 	"github.com/nodetrust/nodetrust/identity"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/tpm"
 )
 
 // ErrJoinRefused is the control plane's refusal of a join; the reason is
@@ -44,9 +47,14 @@ type JoinConfig struct {
 	Role    string
 	NodeID  string
 	// Token returns the join credential. It is called only once the
-	// machine is known not to be joined, and only after the control
-	// plane's TLS identity has been checked against the pin.
-	Token   func() ([]byte, error)
+	// machine is known not to be joined. For the tpm attestor it may
+	// return nil: a machine the control plane knows by its EK needs none.
+	Token func() ([]byte, error)
+	// Attestor is "token" (default) or "tpm".
+	Attestor string
+	// TPM is the host's TPM: node keys are made in it when set, and the
+	// tpm attestor needs it.
+	TPM     *tpm.TPM
 	Claims  hwclaims.Claims
 	Version string
 	Logger  *slog.Logger
@@ -101,7 +109,8 @@ func (c *JoinConfig) defaults() {
 // machine whose identity loads it sends nothing and reads no credential.
 func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 	c.defaults()
-	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{})
+	keys := Keys{TPM: c.TPM}
+	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: keys.Loader(ctx)})
 	switch {
 	case err == nil:
 		if c.NodeID != "" && c.NodeID != st.Identity.NodeID {
@@ -139,39 +148,68 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 		return nil, fmt.Errorf("the join encryption key has pin %s, not join_encryption_key_pin %s; fetch join-encryption.jwk again from the control plane", encKey.Pin(), c.Pins.JoinEncryption)
 	}
 
-	// Step 1: the key and the CSR.
-	key, err := pki.GenerateKey()
+	// Step 1: the key and the CSR. For a tpm join the key is made in the
+	// attestor's own TPM connection, so the AK can certify it.
+	attestor := c.Attestor
+	if attestor == "" {
+		attestor = "token"
+	}
+	var tj *tpmJoin
+	if attestor == "tpm" {
+		if c.TPM == nil {
+			return nil, errors.New("--attestor tpm needs a TPM: set tpm in config.toml (a device path or tcp://host:port)")
+		}
+		tj = &tpmJoin{t: c.TPM}
+		defer tj.close()
+	}
+	key, keyPEM, keyKind, err := keys.New(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if cl, ok := key.(io.Closer); ok {
+		defer cl.Close()
 	}
 	csr, err := pki.CreateCSR(key)
 	if err != nil {
 		return nil, err
 	}
 	csrHash := sha256.Sum256(csr)
+	req := &joinv1.JoinRequest{
+		Csr:           csr,
+		Attestor:      attestor,
+		Claims:        claimsProto(c.Claims),
+		DaemonVersion: c.Version,
+		Role:          c.Role,
+		NodeId:        c.NodeID,
+	}
+	if tj != nil {
+		if req.Tpm, err = tj.evidence(ctx, key, csrHash[:]); err != nil {
+			return nil, err
+		}
+	}
 
 	// Step 2: the seal, bound to this CSR.
 	token, err := c.Token()
 	if err != nil {
 		return nil, err
 	}
-	sealed, err := pki.SealToken(encKey, csrHash[:], token)
-	clear(token)
-	if err != nil {
-		return nil, fmt.Errorf("seal the join token: %w", err)
+	if token == nil && tj == nil {
+		return nil, errors.New("no join token")
+	}
+	if token != nil {
+		req.SealedToken, err = pki.SealToken(encKey, csrHash[:], token)
+		clear(token)
+		if err != nil {
+			return nil, fmt.Errorf("seal the join token: %w", err)
+		}
 	}
 
-	req := &joinv1.JoinRequest{
-		Csr:           csr,
-		Attestor:      "token",
-		SealedToken:   sealed,
-		Claims:        claimsProto(c.Claims),
-		DaemonVersion: c.Version,
-		Role:          c.Role,
-		NodeId:        c.NodeID,
-	}
 	// Step 3 and the deferral loop of step 4.
-	signed, err := joinRounds(ctx, client, req, c)
+	var answer func(context.Context, *joinv1.JoinChallenge) (*joinv1.ChallengeAnswer, error)
+	if tj != nil {
+		answer = tj.answer
+	}
+	signed, err := joinRounds(ctx, client, req, c, answer)
 	if err != nil {
 		return nil, err
 	}
@@ -187,12 +225,17 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("check the control plane's answer: %w", err)
 	}
-	// Step 6: persist.
-	keyPEM, err := pki.MarshalPrivateKeyPEM(key)
-	if err != nil {
-		return nil, err
-	}
 	r := opened.Result
+	var akPEM []byte
+	if tj != nil {
+		if !bytes.Equal(opened.Info.TPMAKName, tj.ak.Name()) {
+			return nil, fmt.Errorf("check the control plane's answer: the certificate names AK %x, not this TPM's AK %x", opened.Info.TPMAKName, tj.ak.Name())
+		}
+		if akPEM, err = tpm.MarshalKeyRecord(tj.ak.Record()); err != nil {
+			return nil, err
+		}
+	}
+	// Step 6: persist.
 	id := identity.Identity{
 		Version:     1,
 		NodeID:      r.NodeId,
@@ -201,8 +244,9 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 		Role:        r.Role,
 		Site:        r.Site,
 		Generation:  r.IdentityGeneration,
-		Attestor:    "token",
-		KeyKind:     "file",
+		Attestor:    attestor,
+		KeyKind:     keyKind,
+		TPMAK:       akPEM,
 		Chain:       r.Chain,
 		Roots:       r.Roots,
 		ServerTime:  time.Unix(0, r.ServerTimeUnixNano).UTC(),
@@ -211,7 +255,7 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 	if err := identity.Persist(c.DataDir, id, keyPEM, c.Now()); err != nil {
 		return nil, fmt.Errorf("store the identity in %s: %w", c.DataDir, err)
 	}
-	st, err = identity.LoadState(c.DataDir, identity.LoadOptions{})
+	st, err = identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: keys.Loader(ctx)})
 	if err != nil {
 		return nil, fmt.Errorf("load the identity just stored: %w", err)
 	}
@@ -221,9 +265,13 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 // maxDeferralRounds bounds pending and challenge answers for one join.
 const maxDeferralRounds = 64
 
+// maxChallengeRounds is the most JoinChallenge rounds a join answers.
+const maxChallengeRounds = 3
+
 // joinRounds sends the request, retrying retryable failures with backoff
 // (waiting out a server's pushback exactly) and following deferrals.
-func joinRounds(ctx context.Context, client joinv1.JoinServiceClient, req *joinv1.JoinRequest, c JoinConfig) (*joinv1.SignedJoinResult, error) {
+func joinRounds(ctx context.Context, client joinv1.JoinServiceClient, req *joinv1.JoinRequest, c JoinConfig,
+	answer func(context.Context, *joinv1.JoinChallenge) (*joinv1.ChallengeAnswer, error)) (*joinv1.SignedJoinResult, error) {
 	for round := 0; round < maxDeferralRounds; round++ {
 		resp, err := callWithRetry(ctx, c, func(ctx context.Context, opts ...grpc.CallOption) (*joinv1.JoinResponse, error) {
 			return client.Join(ctx, req, opts...)
@@ -245,7 +293,18 @@ func joinRounds(ctx context.Context, client joinv1.JoinServiceClient, req *joinv
 				return nil, err
 			}
 		case *joinv1.JoinResponse_Challenge:
-			return nil, fmt.Errorf("the control plane sent a challenge, which the %s attestor cannot answer", req.Attestor)
+			ch := r.Challenge
+			if answer == nil {
+				return nil, fmt.Errorf("the control plane sent a challenge, which the %s attestor cannot answer", req.Attestor)
+			}
+			if ch.Round > maxChallengeRounds {
+				return nil, fmt.Errorf("the control plane sent challenge round %d; at most %d are answered", ch.Round, maxChallengeRounds)
+			}
+			ans, err := answer(ctx, ch)
+			if err != nil {
+				return nil, fmt.Errorf("answer challenge round %d: %w", ch.Round, err)
+			}
+			req.DeferralId, req.Answer = ch.DeferralId, ans
 		default:
 			return nil, errors.New("the control plane sent an empty join response")
 		}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -22,6 +23,7 @@ import (
 	"github.com/nodetrust/nodetrust/config"
 	"github.com/nodetrust/nodetrust/identity"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/tpm"
 )
 
 // ErrRevoked means the control plane revoked this node's certificate. The
@@ -56,6 +58,9 @@ type NodeConfig struct {
 	Version    string
 	Logger     *slog.Logger
 	Journal    Journal
+	// TPM is the host's TPM, or nil. Next keys go into it, and a
+	// certificate that names a TPM AK renews only with that AK.
+	TPM *tpm.TPM
 
 	// RenewFraction of a leaf's lifetime passes before it is renewed
 	// (default 0.6).
@@ -117,7 +122,7 @@ type node struct {
 // It keeps one live session with the control plane and renews over it.
 func RunNode(ctx context.Context, c NodeConfig) error {
 	c.defaults()
-	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{})
+	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: Keys{TPM: c.TPM}.Loader(ctx)})
 	if err != nil {
 		return err
 	}
@@ -228,6 +233,11 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 		inflight *renewal
 		deadline <-chan time.Time
 	)
+	defer func() {
+		if inflight != nil {
+			closeKey(inflight.key)
+		}
+	}()
 	timer := time.NewTimer(time.Until(n.nextRenew))
 	defer timer.Stop()
 	for {
@@ -240,7 +250,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			if inflight != nil {
 				continue
 			}
-			r, err := n.startRenewal()
+			r, err := n.startRenewal(ctx)
 			if err != nil {
 				n.renewalFailed(ctx, err, 0)
 				timer.Reset(time.Until(n.nextRenew))
@@ -255,6 +265,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			deadline = time.After(30 * time.Second)
 		case <-deadline:
 			n.renewalFailed(ctx, errors.New("no answer to the renewal within 30s"), 0)
+			closeKey(inflight.key)
 			inflight, deadline = nil, nil
 			timer.Reset(time.Until(n.nextRenew))
 		case m := <-msgs:
@@ -271,6 +282,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 				}
 				if err := n.finishRenewal(ctx, inflight, b.Renew.GetSigned()); err != nil {
 					n.renewalFailed(ctx, err, 0)
+					closeKey(inflight.key)
 				}
 				inflight, deadline = nil, nil
 				timer.Reset(time.Until(n.nextRenew))
@@ -280,6 +292,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 				}
 				e := b.Error
 				n.renewalFailed(ctx, fmt.Errorf("%s: %s", codes.Code(e.Code), e.Message), time.Duration(e.RetryPushbackMs)*time.Millisecond)
+				closeKey(inflight.key)
 				inflight, deadline = nil, nil
 				timer.Reset(time.Until(n.nextRenew))
 			}
@@ -320,21 +333,37 @@ type renewal struct {
 	req     *joinv1.RenewRequest
 	key     crypto.Signer
 	keyPEM  []byte
+	keyKind string
 	csrHash []byte
 }
 
 // startRenewal makes the next key, stores it as node.key.next, and builds
-// the request with the current key's proof of possession (steps 1–2).
-func (n *node) startRenewal() (*renewal, error) {
+// the request with the current key's proof of possession (steps 1–3).
+func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
 	st := n.state()
-	key, err := pki.GenerateKey()
+	n.dropPrevious()
+	info, err := pki.ParseNodeCert(st.Leaf)
+	if err != nil {
+		return nil, fmt.Errorf("read the current certificate: %w", err)
+	}
+	var ak *tpm.AK
+	if len(info.TPMAKName) > 0 {
+		// No downgrade: a certificate that names an AK renews only with
+		// a key that AK certifies, or not at all.
+		if ak, err = n.loadAK(ctx, info.TPMAKName); err != nil {
+			return nil, err
+		}
+		defer ak.Close()
+	}
+	key, keyPEM, kind, err := Keys{TPM: n.c.TPM}.New(ctx)
 	if err != nil {
 		return nil, err
 	}
-	keyPEM, err := pki.MarshalPrivateKeyPEM(key)
-	if err != nil {
-		return nil, err
-	}
+	defer func() {
+		if err != nil {
+			closeKey(key)
+		}
+	}()
 	if err := identity.WriteNextKey(n.c.DataDir, keyPEM); err != nil {
 		return nil, fmt.Errorf("store the next key: %w", err)
 	}
@@ -348,12 +377,58 @@ func (n *node) startRenewal() (*renewal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sign the renewal proof: %w", err)
 	}
-	return &renewal{
-		req:     &joinv1.RenewRequest{Csr: csr, Chain: st.Identity.Chain, ClientTimeUnixNano: t, Proof: proof},
-		key:     key,
-		keyPEM:  keyPEM,
-		csrHash: h[:],
-	}, nil
+	req := &joinv1.RenewRequest{Csr: csr, Chain: st.Identity.Chain, ClientTimeUnixNano: t, Proof: proof}
+	if ak != nil {
+		tk, ok := key.(*tpm.Key)
+		if !ok {
+			return nil, errors.New("the next key is not in the TPM")
+		}
+		attest, sig, err := n.c.TPM.Certify(ctx, ak, tk, h[:])
+		if err != nil {
+			return nil, fmt.Errorf("certify the next key with the AK: %w", err)
+		}
+		req.KeyAttestation = &joinv1.KeyAttestation{AkPublic: ak.PublicArea(), KeyPublic: tk.PublicArea(), CertifyAttest: attest, CertifySignature: sig}
+	}
+	return &renewal{req: req, key: key, keyPEM: keyPEM, keyKind: kind, csrHash: h[:]}, nil
+}
+
+// loadAK loads the AK the certificate names and checks it is that AK.
+func (n *node) loadAK(ctx context.Context, name []byte) (*tpm.AK, error) {
+	rec := n.state().Identity.TPMAK
+	if n.c.TPM == nil {
+		return nil, errors.New("the certificate names a TPM AK, and no TPM is open: set tpm in config.toml; renewal fails until then")
+	}
+	if len(rec) == 0 {
+		return nil, errors.New("the certificate names a TPM AK, and identity.json has no AK record; join again: bcd join --reset --yes, then bcd join")
+	}
+	r, err := tpm.ParseKeyRecord(rec)
+	if err != nil {
+		return nil, fmt.Errorf("read the AK record: %w", err)
+	}
+	ak, err := n.c.TPM.LoadAK(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("load the AK the certificate names (was the TPM cleared or replaced?): %w", err)
+	}
+	if !bytes.Equal(ak.Name(), name) {
+		ak.Close()
+		return nil, fmt.Errorf("the TPM derives AK %x, the certificate names %x: was the TPM cleared? renewal fails; join again with bcd join --reset --yes --attestor tpm", ak.Name(), name)
+	}
+	return ak, nil
+}
+
+// dropPrevious unloads the key before the last renewal, if still held.
+func (n *node) dropPrevious() {
+	n.mu.Lock()
+	prev := n.prev
+	n.prev = nil
+	n.mu.Unlock()
+	closeKey(prev)
+}
+
+func closeKey(k crypto.Signer) {
+	if c, ok := k.(io.Closer); ok && k != nil {
+		_ = c.Close()
+	}
 }
 
 // finishRenewal checks the answer and stores it in the seed's order
@@ -382,6 +457,7 @@ func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.Sig
 	next.Generation = res.IdentityGeneration
 	next.ServerTime = time.Unix(0, res.ServerTimeUnixNano).UTC()
 	next.RenewedAt = n.c.Now().UTC()
+	next.KeyKind = r.keyKind
 	if err := identity.StoreRenewal(n.c.DataDir, next, r.keyPEM, n.c.AfterStore); err != nil {
 		return fmt.Errorf("store the renewal: %w", err)
 	}
@@ -400,8 +476,8 @@ func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.Sig
 			n.prev = nil
 		}
 		n.mu.Unlock()
-		if c, ok := old.(io.Closer); drop && ok {
-			_ = c.Close()
+		if drop {
+			closeKey(old)
 		}
 	})
 	n.attempt, n.backoff = 0, 0

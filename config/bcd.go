@@ -34,6 +34,10 @@ type BCD struct {
 	JoinSigningKeyPin    string `toml:"join_signing_key_pin"`
 	JoinEncryptionKeyPin string `toml:"join_encryption_key_pin"`
 
+	// TPM is "auto" (the default: /dev/tpmrm0 when present), "off", a
+	// device path, or tcp://host:port (swtpm).
+	TPM string `toml:"tpm"`
+
 	Renewal Renewal `toml:"renewal"`
 
 	// Parsed pins, filled by Validate.
@@ -69,6 +73,9 @@ func LoadBCD(path string) (*BCD, error) {
 	c.path = path
 	if c.DataDir == "" {
 		c.DataDir = DefaultBCDDataDir
+	}
+	if c.TPM == "" {
+		c.TPM = "auto"
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -41,6 +41,10 @@ type Identity struct {
 	ServerTime time.Time `json:"server_time"`
 	JoinedAt   time.Time `json:"joined_at"`
 	RenewedAt  time.Time `json:"renewed_at,omitzero"` // zero until the first renewal
+	// TPMAK is the PEM record of the TPM attestation key the certificate
+	// names (urn:nodetrust:tpm-ak:), after a certified tpm join; renewals
+	// load it to certify the next key.
+	TPMAK []byte `json:"tpm_ak,omitempty"`
 }
 
 // Key kinds of Identity.KeyKind.

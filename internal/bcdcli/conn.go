@@ -1,13 +1,16 @@
 package bcdcli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 
 	"github.com/spf13/pflag"
 
+	"github.com/nodetrust/nodetrust/agent"
 	"github.com/nodetrust/nodetrust/config"
+	"github.com/nodetrust/nodetrust/identity"
 	"github.com/nodetrust/nodetrust/internal/cli"
 )
 
@@ -17,6 +20,7 @@ import (
 type connFlags struct {
 	config, server, serverName, dataDir string
 	servingPin, signingPin, encPin      string
+	tpm                                 string
 }
 
 func (f *connFlags) register(fl *pflag.FlagSet) {
@@ -27,6 +31,7 @@ func (f *connFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.servingPin, "serving-ca-spki-pin", "", "pin of the serving CA (with --server)")
 	fl.StringVar(&f.signingPin, "join-signing-key-pin", "", "pin of the JoinService signing key (with --server)")
 	fl.StringVar(&f.encPin, "join-encryption-key-pin", "", "pin of the join encryption key (with --server)")
+	fl.StringVar(&f.tpm, "tpm", "", "TPM: auto, off, a device path or tcp://host:port (default: tpm of config.toml, else auto)")
 }
 
 // resolve returns the node's configuration from the flags: config.toml
@@ -50,6 +55,10 @@ func (f *connFlags) resolve() (*config.BCD, error) {
 		if b.DataDir == "" {
 			b.DataDir = config.DefaultBCDDataDir
 		}
+		b.TPM = "auto"
+		if f.tpm != "" {
+			b.TPM = f.tpm
+		}
 		return b, nil
 	}
 	cfg, err := config.LoadBCD(f.config)
@@ -62,5 +71,32 @@ func (f *connFlags) resolve() (*config.BCD, error) {
 	if f.dataDir != "" {
 		cfg.DataDir = f.dataDir
 	}
+	if f.tpm != "" {
+		cfg.TPM = f.tpm
+	}
 	return cfg, nil
+}
+
+// cfgTPM is the TPM setting for commands that only read the identity.
+func cfgTPM(f connFlags) string {
+	if cfg, err := f.resolve(); err == nil {
+		return cfg.TPM
+	}
+	if f.tpm != "" {
+		return f.tpm
+	}
+	return "auto"
+}
+
+// loadState loads the identity with this host's key loader: a TPM-held
+// node key is derived in the TPM named by spec.
+func loadState(ctx context.Context, dir, spec string) (*identity.State, error) {
+	t, err := agent.OpenTPM(spec, false)
+	if err != nil {
+		return nil, err
+	}
+	if t != nil {
+		defer t.Close()
+	}
+	return identity.LoadState(dir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: t}.Loader(ctx)})
 }

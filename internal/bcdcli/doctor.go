@@ -7,7 +7,6 @@ import (
 
 	"github.com/nodetrust/nodetrust/agent"
 	"github.com/nodetrust/nodetrust/doctor"
-	"github.com/nodetrust/nodetrust/identity"
 	"github.com/nodetrust/nodetrust/internal/cli"
 )
 
@@ -33,7 +32,7 @@ failure what to do. Exit status: 0 when all pass, 3 for a warning, 1 for a failu
 				dataDir = cfg.DataDir
 			}
 			if dataDir != "" {
-				st, err := identity.LoadState(dataDir, identity.LoadOptions{})
+				st, err := loadState(cmd.Context(), dataDir, cfgTPM(conn))
 				var leaf *x509.Certificate
 				if err == nil {
 					leaf = st.Leaf

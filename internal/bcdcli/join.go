@@ -59,7 +59,7 @@ the machine from the control plane's well-known document.`,
 	fl.StringVar(&f.role, "role", "", "role to join as (default: role of config.toml, else the token's)")
 	fl.StringVar(&f.nodeID, "node-id", "", "node id to join as (default: the token's, or one the control plane picks)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "read the join token from this file")
-	fl.StringVar(&f.attestor, "attestor", "token", "how the machine proves itself: token")
+	fl.StringVar(&f.attestor, "attestor", "token", "how the machine proves itself: token, or tpm (the TPM's EK; a token too for a machine the control plane does not know yet)")
 	fl.BoolVar(&f.reset, "reset", false, "move the current identity aside first (with --yes; alone it shows what would move)")
 	fl.BoolVar(&f.yes, "yes", false, "with --reset: really move the identity aside")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
@@ -67,8 +67,8 @@ the machine from the control plane's well-known document.`,
 }
 
 func runJoin(cmd *cobra.Command, f joinFlags) error {
-	if f.attestor != "token" {
-		return cli.Usagef("--attestor %q is not supported; use token", f.attestor)
+	if f.attestor != "token" && f.attestor != "tpm" {
+		return cli.Usagef("--attestor %q is not supported; use token or tpm", f.attestor)
 	}
 	if f.yes && !f.reset {
 		return cli.Usagef("--yes goes with --reset")
@@ -103,7 +103,15 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 			return err
 		}
 	}
-	src := tokenSource{file: f.tokenFile, stdin: cmd.InOrStdin(), terminal: isTerminal(cmd.InOrStdin())}
+	t, err := agent.OpenTPM(cfg.TPM, f.attestor == "tpm")
+	if err != nil {
+		return err
+	}
+	if t != nil {
+		defer t.Close()
+	}
+	jc.TPM, jc.Attestor = t, f.attestor
+	src := tokenSource{file: f.tokenFile, stdin: cmd.InOrStdin(), terminal: isTerminal(cmd.InOrStdin()), optional: f.attestor == "tpm"}
 	src.env, src.envSet = os.LookupEnv(TokenEnv)
 	jc.Token = src.read
 	jc.Claims = hwclaims.Read(os.Getenv(claimsRootEnv))

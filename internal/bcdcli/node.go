@@ -42,6 +42,13 @@ it; join again with bcd join --reset --yes, then bcd join.`,
 				return err
 			}
 			log := cli.NewLogger(cmd.ErrOrStderr(), logLevel)
+			t, err := agent.OpenTPM(cfg.TPM, false)
+			if err != nil {
+				return err
+			}
+			if t != nil {
+				defer t.Close()
+			}
 			j, err := journal.Open(cfg.DataDir, time.Now)
 			if err != nil {
 				return fmt.Errorf("open the journal: %w", err)
@@ -58,6 +65,7 @@ it; join again with bcd join --reset --yes, then bcd join.`,
 				Version:       version.Version,
 				Logger:        log,
 				Journal:       j,
+				TPM:           t,
 				RenewFraction: cfg.Renewal.Fraction,
 				BackoffMin:    cfg.Renewal.BackoffMin.Duration,
 				BackoffMax:    cfg.Renewal.BackoffMax.Duration,

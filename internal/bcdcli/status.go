@@ -36,7 +36,7 @@ func statusCommand() *cobra.Command {
 			} else if dir == "" {
 				return err
 			}
-			st, err := identity.LoadState(dir, identity.LoadOptions{})
+			st, err := loadState(cmd.Context(), dir, cfgTPM(conn))
 			if err != nil {
 				return err
 			}

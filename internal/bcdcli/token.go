@@ -22,6 +22,9 @@ type tokenSource struct {
 	envSet   bool
 	stdin    io.Reader
 	terminal bool
+	// optional: no source, or an empty one, is no token rather than an
+	// error (the tpm attestor of a machine known by its EK).
+	optional bool
 }
 
 func (s tokenSource) read() ([]byte, error) {
@@ -43,6 +46,9 @@ func (s tokenSource) read() ([]byte, error) {
 	case s.envSet:
 		raw = []byte(s.env)
 	default:
+		if s.optional && (s.terminal || s.stdin == nil) {
+			return nil, nil
+		}
 		if s.terminal || s.stdin == nil {
 			return nil, errors.New("no join token: pipe it on standard input (bcd join < token.txt), or use --token-file or " + TokenEnv)
 		}
@@ -57,6 +63,9 @@ func (s tokenSource) read() ([]byte, error) {
 	}
 	tok := bytes.TrimSpace(raw)
 	if len(tok) == 0 {
+		if s.optional && s.file == "" && !s.envSet {
+			return nil, nil
+		}
 		return nil, errors.New("the join token is empty")
 	}
 	return tok, nil
