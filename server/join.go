@@ -212,6 +212,8 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter,
 		},
 		Cert: store.Cert{Serial: serial, NodeID: nodeID, Generation: gen, Kind: "join", IssuedAt: now, NotAfter: leaf.NotAfter},
+		Audit: &store.AuditEvent{Time: now, Actor: "token:" + tok.ID, Action: "join", Subject: nodeID,
+			Detail: fmt.Sprintf("serial %s generation %d reclaim %t", serial, gen, reclaim)},
 	})
 	if errors.Is(err, store.ErrConflict) {
 		return nil, deny("token or node id was taken by a concurrent join")
@@ -225,8 +227,6 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	}
 	s.log.InfoContext(ctx, "node joined", keyNodeID, nodeID, keyTokenID, tok.ID,
 		"serial", serial, "reclaim", reclaim, "generation", gen, keyPeer, peerAddr(ctx))
-	_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: "token:" + tok.ID, Action: "join", Subject: nodeID,
-		Detail: fmt.Sprintf("serial %s generation %d reclaim %t", serial, gen, reclaim)})
 	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Signed{Signed: signed}}, nil
 }
 

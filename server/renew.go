@@ -137,7 +137,7 @@ func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.Rene
 		return nil, renewRefused(codes.Unavailable, "renewal could not be issued; retry")
 	}
 	serial := serialHex(next)
-	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter})
+	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, nil)
 	if errors.Is(err, store.ErrConflict) {
 		return nil, renewRefused(codes.Unauthenticated, "node %s was revoked during the renewal", cur.node.ID)
 	}

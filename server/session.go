@@ -261,21 +261,17 @@ func (g *gateway) handle(ctx context.Context, caller *authedNode, m *gatewayv1.S
 // session here with a RevocationNotice.
 func (s *Server) revokeNode(ctx context.Context, nodeID, reason string, del bool) (gen uint64, serials []string, notified bool, err error) {
 	now := s.cfg.Now()
+	audit := &store.AuditEvent{Time: now, Actor: actorOf(ctx), Action: "node.revoke", Subject: nodeID, Detail: reason}
 	if del {
-		serials, err = s.cfg.Store.DeleteNode(ctx, nodeID, reason, now)
+		audit.Action = "node.delete"
+		serials, err = s.cfg.Store.DeleteNode(ctx, nodeID, reason, now, audit)
 	} else {
-		gen, serials, err = s.cfg.Store.RevokeNode(ctx, nodeID, reason, now)
+		gen, serials, err = s.cfg.Store.RevokeNode(ctx, nodeID, reason, now, audit)
 	}
 	if err != nil {
 		return 0, nil, false, err
 	}
 	notified = s.sessions.notify(nodeID, &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen})
-	action := "node.revoke"
-	if del {
-		action = "node.delete"
-	}
-	_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: actorOf(ctx), Action: action, Subject: nodeID,
-		Detail: fmt.Sprintf("%s; %d certificates revoked; live session notified: %t", reason, len(serials), notified)})
 	s.log.InfoContext(ctx, "node revoked", keyNodeID, nodeID, keyReason, reason, "deleted", del, "certificates", len(serials), "session_notified", notified)
 	return gen, serials, notified, nil
 }

@@ -124,6 +124,9 @@ type Join struct {
 	Node    Node
 	Reclaim bool
 	Cert    Cert
+	// Audit, when not nil, is appended to the audit trail in the same
+	// transaction: it is written if and only if the join is.
+	Audit *AuditEvent
 }
 
 // AuditEvent is one entry of the server's audit trail.
@@ -145,8 +148,8 @@ type Store interface {
 	// ListTokens returns all tokens, newest first.
 	ListTokens(ctx context.Context) ([]Token, error)
 
-	// CompleteJoin spends the token (if any), writes the node and records
-	// the certificate in one transaction.
+	// CompleteJoin spends the token (if any), writes the node, records
+	// the certificate and appends j.Audit (if any) in one transaction.
 	CompleteJoin(ctx context.Context, j Join) error
 	// GetNode returns one node; ErrNotFound if there is none.
 	GetNode(ctx context.Context, id string) (Node, error)
@@ -158,8 +161,9 @@ type Store interface {
 
 	// RecordRenewal stores a renewed certificate and updates the node's
 	// current serial, expiry and last-seen time, only if the node's
-	// generation still equals c.Generation (ErrConflict otherwise).
-	RecordRenewal(ctx context.Context, c Cert) error
+	// generation still equals c.Generation (ErrConflict otherwise). The
+	// audit event, when not nil, is appended in the same transaction.
+	RecordRenewal(ctx context.Context, c Cert, audit *AuditEvent) error
 	// GetCert returns one issued certificate by serial.
 	GetCert(ctx context.Context, serial string) (Cert, error)
 	// CountCerts counts the certificates of a node issued at or after since.
@@ -170,10 +174,12 @@ type Store interface {
 	// RevokeNode raises the node's generation, sets its state to
 	// StateRevoked and marks all its unrevoked certificates revoked with
 	// reason. It returns the new generation and the serials it revoked.
-	RevokeNode(ctx context.Context, id, reason string, now time.Time) (uint64, []string, error)
+	// The audit event, when not nil, is appended in the same transaction.
+	RevokeNode(ctx context.Context, id, reason string, now time.Time, audit *AuditEvent) (uint64, []string, error)
 	// DeleteNode revokes as RevokeNode does, then removes the node record;
-	// its certificate records stay, revoked.
-	DeleteNode(ctx context.Context, id, reason string, now time.Time) ([]string, error)
+	// its certificate records stay, revoked. The audit event, when not nil,
+	// is appended in the same transaction.
+	DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *AuditEvent) ([]string, error)
 
 	// CreatePending stores a join waiting for approval; ErrConflict if
 	// its ID exists.

@@ -8,16 +8,42 @@ import (
 	"github.com/nodetrust/nodetrust/store"
 )
 
+var (
+	qInsertAudit = newWriteQuery(`INSERT INTO audit (time, actor, action, subject, detail)
+		VALUES (?, ?, ?, ?, ?)`)
+	qListAudit = newReadQuery(`SELECT time, actor, action, subject, detail FROM audit
+		ORDER BY time DESC NULLS LAST, seq DESC LIMIT ?`)
+)
+
+// auditArgs returns the column values of e, or nil for no event.
+func auditArgs(a *args, e *store.AuditEvent) []any {
+	if e == nil {
+		return nil
+	}
+	return []any{a.time(e.Time), e.Actor, e.Action, e.Subject, e.Detail}
+}
+
+// insertAudit appends the event whose column values auditArgs made;
+// nothing for nil.
+func insertAudit(t *wtx, vals []any) error {
+	if vals == nil {
+		return nil
+	}
+	if _, err := t.exec(qInsertAudit, vals...); err != nil {
+		return fmt.Errorf("append audit event: %w", err)
+	}
+	return nil
+}
+
 // AppendAudit adds an audit event.
 func (d *DB) AppendAudit(ctx context.Context, e store.AuditEvent) error {
 	var a args
-	at := a.time(e.Time)
+	vals := auditArgs(&a, &e)
 	if a.err != nil {
 		return fmt.Errorf("append audit event %s: %w", e.Action, a.err)
 	}
-	err := d.write(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO audit (time, actor, action, subject, detail)
-			VALUES (?, ?, ?, ?, ?)`, at, e.Actor, e.Action, e.Subject, e.Detail)
+	err := d.write(ctx, func(t *wtx) error {
+		_, err := t.exec(qInsertAudit, vals...)
 		return err
 	})
 	if err != nil {
@@ -33,8 +59,7 @@ func (d *DB) ListAudit(ctx context.Context, limit int) ([]store.AuditEvent, erro
 	if limit < 1 {
 		return nil, fmt.Errorf("list audit: limit %d is not positive", limit)
 	}
-	rows, err := d.r.QueryContext(ctx, `SELECT time, actor, action, subject, detail FROM audit
-		ORDER BY time DESC NULLS LAST, seq DESC LIMIT ?`, limit)
+	rows, err := d.query(ctx, qListAudit, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list audit: %w", err)
 	}

@@ -12,15 +12,28 @@ import (
 
 const certColumns = `serial, node_id, generation, kind, issued_at, not_after, revoked_at, revoked_reason`
 
+var (
+	qInsertCert = newWriteQuery(`INSERT INTO certs (` + certColumns + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
+	qRenewNode = newWriteQuery(`UPDATE nodes SET cert_serial = ?, cert_not_after = ?, last_seen = ?
+		WHERE id = ? AND generation = ?`)
+	qNodeGeneration = newWriteQuery(`SELECT generation FROM nodes WHERE id = ?`)
+	qGetCert        = newReadQuery(`SELECT ` + certColumns + ` FROM certs WHERE serial = ?`)
+	qCountCerts     = newReadQuery(`SELECT count(*) FROM certs
+		WHERE node_id = ?1 AND (?2 IS NULL OR issued_at >= ?2)`)
+	qRenewalTimes = newReadQuery(`SELECT issued_at FROM certs
+		WHERE node_id = ?1 AND kind = 'renew' AND (?2 IS NULL OR issued_at >= ?2)
+		ORDER BY issued_at NULLS FIRST, serial`)
+)
+
 func certArgs(a *args, c store.Cert) []any {
 	return []any{c.Serial, c.NodeID, a.gen(c.Generation), c.Kind,
 		a.time(c.IssuedAt), a.time(c.NotAfter), a.time(c.RevokedAt), c.RevokedReason}
 }
 
 // insertCert records a certificate; ErrConflict if its serial exists.
-func insertCert(ctx context.Context, tx *sql.Tx, serial string, vals []any) error {
-	res, err := tx.ExecContext(ctx, `INSERT INTO certs (`+certColumns+`)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, vals...)
+func insertCert(t *wtx, serial string, vals []any) error {
+	res, err := t.exec(qInsertCert, vals...)
 	if err != nil {
 		return fmt.Errorf("record certificate %s: %w", serial, err)
 	}
@@ -31,29 +44,33 @@ func insertCert(ctx context.Context, tx *sql.Tx, serial string, vals []any) erro
 // serial to c.Serial, its expiry to c.NotAfter and its last-seen time to
 // c.IssuedAt, only if the node exists and its generation still equals
 // c.Generation. It returns ErrConflict otherwise, and when the serial
-// exists.
-func (d *DB) RecordRenewal(ctx context.Context, c store.Cert) error {
+// exists. The audit event, when not nil, is appended in the same
+// transaction, so it is written if and only if the renewal is.
+func (d *DB) RecordRenewal(ctx context.Context, c store.Cert, audit *store.AuditEvent) error {
 	if c.Serial == "" || c.NodeID == "" {
 		return fmt.Errorf("record renewal %s of node %q: certificate has no serial or no node", c.Serial, c.NodeID)
 	}
 	var a args
 	vals := certArgs(&a, c)
 	gen, notAfter, issued := a.gen(c.Generation), a.time(c.NotAfter), a.time(c.IssuedAt)
+	auditVals := auditArgs(&a, audit)
 	if a.err != nil {
 		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, a.err)
 	}
-	err := d.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `UPDATE nodes SET cert_serial = ?, cert_not_after = ?, last_seen = ?
-			WHERE id = ? AND generation = ?`, c.Serial, notAfter, issued, c.NodeID, gen)
+	err := d.write(ctx, func(t *wtx) error {
+		res, err := t.exec(qRenewNode, c.Serial, notAfter, issued, c.NodeID, gen)
 		if err != nil {
 			return fmt.Errorf("update node: %w", err)
 		}
 		if n, err := res.RowsAffected(); err != nil {
 			return err
 		} else if n == 0 {
-			return renewalConflict(ctx, tx, c)
+			return renewalConflict(t, c)
 		}
-		return insertCert(ctx, tx, c.Serial, vals)
+		if err := insertCert(t, c.Serial, vals); err != nil {
+			return err
+		}
+		return insertAudit(t, auditVals)
 	})
 	if err != nil {
 		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, err)
@@ -62,9 +79,9 @@ func (d *DB) RecordRenewal(ctx context.Context, c store.Cert) error {
 }
 
 // renewalConflict says why a renewal found no node of its generation.
-func renewalConflict(ctx context.Context, tx *sql.Tx, c store.Cert) error {
+func renewalConflict(t *wtx, c store.Cert) error {
 	var gen int64
-	err := tx.QueryRowContext(ctx, `SELECT generation FROM nodes WHERE id = ?`, c.NodeID).Scan(&gen)
+	err := t.queryRow(qNodeGeneration, c.NodeID).Scan(&gen)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("node is gone: %w", store.ErrConflict)
@@ -83,7 +100,7 @@ func (d *DB) GetCert(ctx context.Context, serial string) (store.Cert, error) {
 		gen                       int64
 		issued, notAfter, revoked sql.NullInt64
 	)
-	err := d.r.QueryRowContext(ctx, `SELECT `+certColumns+` FROM certs WHERE serial = ?`, serial).
+	err := d.queryRow(ctx, qGetCert, serial).
 		Scan(&c.Serial, &c.NodeID, &gen, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
@@ -105,8 +122,7 @@ func (d *DB) CountCerts(ctx context.Context, nodeID string, since time.Time) (in
 		return 0, fmt.Errorf("count certificates of node %q: %w", nodeID, a.err)
 	}
 	var n int
-	err := d.r.QueryRowContext(ctx, `SELECT count(*) FROM certs
-		WHERE node_id = ?1 AND (?2 IS NULL OR issued_at >= ?2)`, nodeID, from).Scan(&n)
+	err := d.queryRow(ctx, qCountCerts, nodeID, from).Scan(&n)
 	if err != nil {
 		return 0, fmt.Errorf("count certificates of node %q: %w", nodeID, err)
 	}
@@ -122,9 +138,7 @@ func (d *DB) RenewalTimes(ctx context.Context, nodeID string, since time.Time) (
 	if a.err != nil {
 		return nil, fmt.Errorf("renewal times of node %q: %w", nodeID, a.err)
 	}
-	rows, err := d.r.QueryContext(ctx, `SELECT issued_at FROM certs
-		WHERE node_id = ?1 AND kind = 'renew' AND (?2 IS NULL OR issued_at >= ?2)
-		ORDER BY issued_at NULLS FIRST, serial`, nodeID, from)
+	rows, err := d.query(ctx, qRenewalTimes, nodeID, from)
 	if err != nil {
 		return nil, fmt.Errorf("renewal times of node %q: %w", nodeID, err)
 	}

@@ -30,6 +30,15 @@ type DB struct {
 	// r is a pool of read-only connections; in WAL mode they read the
 	// last committed state without waiting for the writer.
 	r *sql.DB
+	// reads and writes are the registered statements prepared on r and w,
+	// indexed by readQuery and writeQuery; nil in a DB made by open alone.
+	reads, writes []*sql.Stmt
+	// joins groups concurrent CompleteJoin calls into shared transactions.
+	joins joinQueue
+	// beforeCommit, when set (by tests only), runs in each CompleteJoin
+	// transaction just before its COMMIT, with the number of calls in the
+	// transaction's batch.
+	beforeCommit func(tx *sql.Tx, calls int)
 }
 
 var _ store.Store = (*DB)(nil)
@@ -43,10 +52,15 @@ func Open(ctx context.Context, path string) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	if err := db.prepare(ctx); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, errors.Join(err, db.Close()))
+	}
 	return db, nil
 }
 
-// open is Open with the migrations to apply as a parameter, for tests.
+// open is Open with the migrations to apply as a parameter, for tests. It
+// does not prepare the store's statements (see stmt.go): the DB it returns
+// runs them unprepared.
 func open(ctx context.Context, path string, migrations []string) (*DB, error) {
 	if path == "" {
 		return nil, errors.New("empty path")
@@ -134,30 +148,13 @@ func checkPragmas(ctx context.Context, db *sql.DB) error {
 	return nil
 }
 
-// Close releases the store's connections. Calls in flight may fail.
+// Close releases the store's prepared statements and connections. Calls in
+// flight may fail.
 func (d *DB) Close() error {
+	stmts := errors.Join(closeAll(d.reads), closeAll(d.writes))
 	// Closing the writer last lets the last connection checkpoint the WAL.
-	if err := errors.Join(d.r.Close(), d.w.Close()); err != nil {
+	if err := errors.Join(stmts, d.r.Close(), d.w.Close()); err != nil {
 		return fmt.Errorf("close store: %w", err)
-	}
-	return nil
-}
-
-// write runs fn in a write transaction (BEGIN IMMEDIATE on the single
-// writer connection) and commits it if fn returns nil.
-func (d *DB) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := d.w.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin: %w", err)
-	}
-	if err := fn(tx); err != nil {
-		if rerr := tx.Rollback(); rerr != nil && !errors.Is(rerr, sql.ErrTxDone) {
-			return errors.Join(err, fmt.Errorf("rollback: %w", rerr))
-		}
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
 	}
 	return nil
 }

@@ -9,6 +9,13 @@
 // of read-only connections and are not blocked by a writer. A second
 // process writing the same file waits up to the busy timeout.
 //
+// Open prepares the store's statements once on each pool (and database/sql
+// once on each of its connections); Close closes them. Concurrent
+// CompleteJoin calls are committed together (group commit): the calls that
+// arrive while a join transaction runs share the next one, each join in its
+// own savepoint, so that many joins cost one fdatasync while each caller
+// still gets its own result, after the COMMIT. A lone call runs at once.
+//
 // The schema is versioned: Open applies the migrations this binary knows
 // and have not yet been applied, each in its own transaction, and refuses a
 // file whose schema is newer than the binary. Version 2 added the

@@ -19,17 +19,56 @@ const nodeColumns = `n.id, n.spiffe_id, n.role, n.site, n.state, n.generation, n
 	n.macs, n.gpu_uuids, n.hostname, n.boot_id, n.daemon_version,
 	n.joined_at, n.last_seen, n.cert_serial, n.cert_not_after`
 
+const nodeInsert = `INSERT INTO nodes (id, spiffe_id, role, site, state, generation, attestor,
+		product_uuid, macs, gpu_uuids, hostname, boot_id, daemon_version,
+		joined_at, last_seen, cert_serial, cert_not_after)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+var (
+	qInsertNode  = newWriteQuery(nodeInsert + ` ON CONFLICT (id) DO NOTHING`)
+	qReplaceNode = newWriteQuery(nodeInsert + ` ON CONFLICT (id) DO UPDATE SET spiffe_id = excluded.spiffe_id,
+		role = excluded.role, site = excluded.site, state = excluded.state,
+		generation = excluded.generation, attestor = excluded.attestor,
+		product_uuid = excluded.product_uuid, macs = excluded.macs, gpu_uuids = excluded.gpu_uuids,
+		hostname = excluded.hostname, boot_id = excluded.boot_id,
+		daemon_version = excluded.daemon_version, joined_at = excluded.joined_at,
+		last_seen = excluded.last_seen, cert_serial = excluded.cert_serial,
+		cert_not_after = excluded.cert_not_after`)
+	qRevokeReclaimed = newWriteQuery(`UPDATE certs SET revoked_at = ?, revoked_reason = 'reclaimed'
+		WHERE node_id = ? AND revoked_at IS NULL`)
+	qDeleteSerials = newWriteQuery(`DELETE FROM node_serials WHERE node_id = ?`)
+	qInsertSerial  = newWriteQuery(`INSERT INTO node_serials (node_id, pos, serial) VALUES (?, ?, ?)`)
+	qRaiseGen      = newWriteQuery(`UPDATE nodes SET generation = generation + 1, state = ?
+		WHERE id = ? RETURNING generation`)
+	qRevokeCerts = newWriteQuery(`UPDATE certs SET revoked_at = ?, revoked_reason = ?
+		WHERE node_id = ? AND revoked_at IS NULL RETURNING serial`)
+	qDeleteNode    = newWriteQuery(`DELETE FROM nodes WHERE id = ?`)
+	qGetNode       = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n WHERE n.id = ?`)
+	qListNodes     = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n ORDER BY n.id`)
+	qNodesByClaims = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n
+		WHERE n.id IN (
+			SELECT id FROM nodes WHERE ?1 <> '' AND product_uuid = ?1
+			UNION
+			SELECT node_id FROM node_serials WHERE serial IN (SELECT value FROM json_each(?2)))
+		ORDER BY n.id`)
+)
+
 // CompleteJoin removes the pending join j.PendingID (if any), spends the
-// token (if any), writes the node and records the certificate in one
-// transaction. It fails with ErrConflict, writing nothing, when there is
-// no pending join j.PendingID, when it is not approved, or when it was made
-// for another node id or another token hash than the join's; when the
-// token is unknown, used or expired at j.Now; when j.Reclaim is false and
-// the node id exists; or when the certificate's serial exists. Whether an
-// approved pending join has expired is the caller's to check. A reclaim replaces the stored node if there is one (and
-// writes it if there is none), revoking the old node's unrevoked
-// certificates with reason "reclaimed" at j.Now. The certificate must name
-// the node and its generation.
+// token (if any), writes the node, records the certificate and appends
+// j.Audit (if any) in one transaction. It fails with ErrConflict, writing
+// nothing, when there is no pending join j.PendingID, when it is not
+// approved, or when it was made for another node id or another token hash
+// than the join's; when the token is unknown, used or expired at j.Now;
+// when j.Reclaim is false and the node id exists; or when the
+// certificate's serial exists. Whether an approved pending join has
+// expired is the caller's to check. A reclaim replaces the stored node if
+// there is one (and writes it if there is none), revoking the old node's
+// unrevoked certificates with reason "reclaimed" at j.Now. The certificate
+// must name the node and its generation.
+//
+// Concurrent calls share transactions (see batch.go): each returns once
+// the transaction that holds its join has committed, or with the error
+// that kept its join out.
 func (d *DB) CompleteJoin(ctx context.Context, j store.Join) error {
 	n, c := j.Node, j.Cert
 	switch {
@@ -46,41 +85,54 @@ func (d *DB) CompleteJoin(ctx context.Context, j store.Join) error {
 		return fmt.Errorf("complete join for node %q: no time given", n.ID)
 	}
 	var a args
-	now := a.time(j.Now)
-	nodeVals := nodeArgs(&a, n)
-	certVals := certArgs(&a, c)
+	call := &joinCall{
+		ctx:       ctx,
+		j:         j,
+		now:       a.time(j.Now),
+		nodeVals:  nodeArgs(&a, n),
+		certVals:  certArgs(&a, c),
+		auditVals: auditArgs(&a, j.Audit),
+	}
 	if a.err != nil {
 		return fmt.Errorf("complete join for node %q: %w", n.ID, a.err)
 	}
-	err := d.write(ctx, func(tx *sql.Tx) error {
-		if j.PendingID != "" {
-			if err := takePending(ctx, tx, j.PendingID, n.ID, j.TokenHash); err != nil {
-				return err
-			}
-		}
-		if j.TokenHash != nil {
-			if err := spendToken(ctx, tx, j.TokenHash, n.ID, now); err != nil {
-				return err
-			}
-		}
-		if j.Reclaim {
-			if _, err := tx.ExecContext(ctx, `UPDATE certs SET revoked_at = ?, revoked_reason = 'reclaimed'
-				WHERE node_id = ? AND revoked_at IS NULL`, now, n.ID); err != nil {
-				return fmt.Errorf("revoke certificates of the reclaimed node: %w", err)
-			}
-		}
-		if err := putNode(ctx, tx, nodeVals, j.Reclaim); err != nil {
-			return err
-		}
-		if err := putSerials(ctx, tx, n.ID, n.Claims.Serials); err != nil {
-			return err
-		}
-		return insertCert(ctx, tx, c.Serial, certVals)
-	})
-	if err != nil {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("complete join for node %q: %w", n.ID, err)
+	}
+	if err := d.joinBatched(call); err != nil {
 		return fmt.Errorf("complete join for node %q: %w", n.ID, err)
 	}
 	return nil
+}
+
+// writeJoin writes the join of call in t: everything CompleteJoin writes.
+func writeJoin(t *wtx, call *joinCall) error {
+	j := &call.j
+	if j.PendingID != "" {
+		if err := takePending(t, j.PendingID, j.Node.ID, j.TokenHash); err != nil {
+			return err
+		}
+	}
+	if j.TokenHash != nil {
+		if err := spendToken(t, j.TokenHash, j.Node.ID, call.now); err != nil {
+			return err
+		}
+	}
+	if j.Reclaim {
+		if _, err := t.exec(qRevokeReclaimed, call.now, j.Node.ID); err != nil {
+			return fmt.Errorf("revoke certificates of the reclaimed node: %w", err)
+		}
+	}
+	if err := putNode(t, call.nodeVals, j.Reclaim); err != nil {
+		return err
+	}
+	if err := putSerials(t, j.Node.ID, j.Node.Claims.Serials); err != nil {
+		return err
+	}
+	if err := insertCert(t, j.Cert.Serial, call.certVals); err != nil {
+		return err
+	}
+	return insertAudit(t, call.auditVals)
 }
 
 func nodeArgs(a *args, n store.Node) []any {
@@ -92,23 +144,12 @@ func nodeArgs(a *args, n store.Node) []any {
 
 // putNode inserts the node row, or with replace overwrites the one with the
 // same id. Without replace an existing id is an ErrConflict.
-func putNode(ctx context.Context, tx *sql.Tx, vals []any, replace bool) error {
-	q := `INSERT INTO nodes (id, spiffe_id, role, site, state, generation, attestor,
-			product_uuid, macs, gpu_uuids, hostname, boot_id, daemon_version,
-			joined_at, last_seen, cert_serial, cert_not_after)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+func putNode(t *wtx, vals []any, replace bool) error {
+	q := qInsertNode
 	if replace {
-		q += ` ON CONFLICT (id) DO UPDATE SET spiffe_id = excluded.spiffe_id, role = excluded.role,
-			site = excluded.site, state = excluded.state, generation = excluded.generation,
-			attestor = excluded.attestor, product_uuid = excluded.product_uuid,
-			macs = excluded.macs, gpu_uuids = excluded.gpu_uuids, hostname = excluded.hostname,
-			boot_id = excluded.boot_id, daemon_version = excluded.daemon_version,
-			joined_at = excluded.joined_at, last_seen = excluded.last_seen,
-			cert_serial = excluded.cert_serial, cert_not_after = excluded.cert_not_after`
-	} else {
-		q += ` ON CONFLICT (id) DO NOTHING`
+		q = qReplaceNode
 	}
-	res, err := tx.ExecContext(ctx, q, vals...)
+	res, err := t.exec(q, vals...)
 	if err != nil {
 		return fmt.Errorf("write node: %w", err)
 	}
@@ -116,13 +157,12 @@ func putNode(ctx context.Context, tx *sql.Tx, vals []any, replace bool) error {
 }
 
 // putSerials replaces the node's claimed serials.
-func putSerials(ctx context.Context, tx *sql.Tx, id string, serials []string) error {
-	if _, err := tx.ExecContext(ctx, `DELETE FROM node_serials WHERE node_id = ?`, id); err != nil {
+func putSerials(t *wtx, id string, serials []string) error {
+	if _, err := t.exec(qDeleteSerials, id); err != nil {
 		return fmt.Errorf("write serials: %w", err)
 	}
 	for i, s := range serials {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO node_serials (node_id, pos, serial) VALUES (?, ?, ?)`,
-			id, i, s); err != nil {
+		if _, err := t.exec(qInsertSerial, id, i, s); err != nil {
 			return fmt.Errorf("write serials: %w", err)
 		}
 	}
@@ -131,7 +171,7 @@ func putSerials(ctx context.Context, tx *sql.Tx, id string, serials []string) er
 
 // GetNode returns one node; ErrNotFound if there is none.
 func (d *DB) GetNode(ctx context.Context, id string) (store.Node, error) {
-	n, err := scanNode(d.r.QueryRowContext(ctx, `SELECT `+nodeColumns+` FROM nodes n WHERE n.id = ?`, id))
+	n, err := scanNode(d.queryRow(ctx, qGetNode, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -143,7 +183,7 @@ func (d *DB) GetNode(ctx context.Context, id string) (store.Node, error) {
 
 // ListNodes returns all nodes ordered by id.
 func (d *DB) ListNodes(ctx context.Context) ([]store.Node, error) {
-	ns, err := d.queryNodes(ctx, `SELECT `+nodeColumns+` FROM nodes n ORDER BY n.id`)
+	ns, err := d.queryNodes(ctx, qListNodes)
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", err)
 	}
@@ -164,20 +204,15 @@ func (d *DB) NodesByClaims(ctx context.Context, productUUID string, serials []st
 	if a.err != nil {
 		return nil, fmt.Errorf("find nodes by claims: %w", a.err)
 	}
-	ns, err := d.queryNodes(ctx, `SELECT `+nodeColumns+` FROM nodes n
-		WHERE n.id IN (
-			SELECT id FROM nodes WHERE ?1 <> '' AND product_uuid = ?1
-			UNION
-			SELECT node_id FROM node_serials WHERE serial IN (SELECT value FROM json_each(?2)))
-		ORDER BY n.id`, productUUID, list)
+	ns, err := d.queryNodes(ctx, qNodesByClaims, productUUID, list)
 	if err != nil {
 		return nil, fmt.Errorf("find nodes by claims: %w", err)
 	}
 	return ns, nil
 }
 
-func (d *DB) queryNodes(ctx context.Context, q string, vals ...any) ([]store.Node, error) {
-	rows, err := d.r.QueryContext(ctx, q, vals...)
+func (d *DB) queryNodes(ctx context.Context, q readQuery, vals ...any) ([]store.Node, error) {
+	rows, err := d.query(ctx, q, vals...)
 	if err != nil {
 		return nil, err
 	}
@@ -223,15 +258,25 @@ func scanNode(s scanner) (store.Node, error) {
 // RevokeNode raises the node's generation, sets its state to StateRevoked
 // and marks all its unrevoked certificates revoked with reason at now. It
 // returns the new generation and the revoked serials in ascending order;
-// ErrNotFound if there is no such node.
-func (d *DB) RevokeNode(ctx context.Context, id, reason string, now time.Time) (uint64, []string, error) {
+// ErrNotFound if there is no such node. The audit event, when not nil, is
+// appended in the same transaction, so it is written if and only if the
+// revocation is.
+func (d *DB) RevokeNode(ctx context.Context, id, reason string, now time.Time, audit *store.AuditEvent) (uint64, []string, error) {
+	var a args
+	at := a.time(now)
+	auditVals := auditArgs(&a, audit)
+	if err := revokeArgs(a, at); err != nil {
+		return 0, nil, fmt.Errorf("revoke node %q: %w", id, err)
+	}
 	var (
 		gen     uint64
 		serials []string
 	)
-	err := d.write(ctx, func(tx *sql.Tx) (err error) {
-		gen, serials, err = revoke(ctx, tx, id, reason, now)
-		return err
+	err := d.write(ctx, func(t *wtx) (err error) {
+		if gen, serials, err = revoke(t, id, reason, at); err != nil {
+			return err
+		}
+		return insertAudit(t, auditVals)
 	})
 	if err != nil {
 		return 0, nil, fmt.Errorf("revoke node %q: %w", id, err)
@@ -241,17 +286,24 @@ func (d *DB) RevokeNode(ctx context.Context, id, reason string, now time.Time) (
 
 // DeleteNode revokes as RevokeNode does, then removes the node record and
 // its claims; its certificate records stay, revoked. It returns the
-// revoked serials; ErrNotFound if there is no such node.
-func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time) ([]string, error) {
+// revoked serials; ErrNotFound if there is no such node. The audit event,
+// when not nil, is appended in the same transaction.
+func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *store.AuditEvent) ([]string, error) {
+	var a args
+	at := a.time(now)
+	auditVals := auditArgs(&a, audit)
+	if err := revokeArgs(a, at); err != nil {
+		return nil, fmt.Errorf("delete node %q: %w", id, err)
+	}
 	var serials []string
-	err := d.write(ctx, func(tx *sql.Tx) (err error) {
-		if _, serials, err = revoke(ctx, tx, id, reason, now); err != nil {
+	err := d.write(ctx, func(t *wtx) (err error) {
+		if _, serials, err = revoke(t, id, reason, at); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM nodes WHERE id = ?`, id); err != nil {
+		if _, err := t.exec(qDeleteNode, id); err != nil {
 			return fmt.Errorf("delete: %w", err)
 		}
-		return nil
+		return insertAudit(t, auditVals)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("delete node %q: %w", id, err)
@@ -259,26 +311,28 @@ func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time) (
 	return serials, nil
 }
 
-func revoke(ctx context.Context, tx *sql.Tx, id, reason string, now time.Time) (uint64, []string, error) {
-	var a args
-	at := a.time(now)
+// revokeArgs checks the converted arguments of a revocation: a time must be
+// given.
+func revokeArgs(a args, at sql.NullInt64) error {
 	if a.err != nil {
-		return 0, nil, a.err
+		return a.err
 	}
 	if !at.Valid {
-		return 0, nil, errors.New("no time given")
+		return errors.New("no time given")
 	}
+	return nil
+}
+
+func revoke(t *wtx, id, reason string, at sql.NullInt64) (uint64, []string, error) {
 	var gen int64
-	err := tx.QueryRowContext(ctx, `UPDATE nodes SET generation = generation + 1, state = ?
-		WHERE id = ? RETURNING generation`, store.StateRevoked, id).Scan(&gen)
+	err := t.queryRow(qRaiseGen, store.StateRevoked, id).Scan(&gen)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil, store.ErrNotFound
 	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("raise generation: %w", err)
 	}
-	rows, err := tx.QueryContext(ctx, `UPDATE certs SET revoked_at = ?, revoked_reason = ?
-		WHERE node_id = ? AND revoked_at IS NULL RETURNING serial`, at, reason, id)
+	rows, err := t.query(qRevokeCerts, at, reason, id)
 	if err != nil {
 		return 0, nil, fmt.Errorf("revoke certificates: %w", err)
 	}

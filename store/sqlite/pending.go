@@ -17,6 +17,19 @@ const pendingColumns = `id, token_hash, token_id, csr_hash, node_id, role, site,
 	product_uuid, serials, macs, gpu_uuids, hostname, boot_id,
 	created_at, expires_at, approved_at, approved_by`
 
+var (
+	qInsertPending = newWriteQuery(`INSERT INTO pending_joins (` + pendingColumns + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
+	qApprovePending = newWriteQuery(`UPDATE pending_joins SET approved_at = ?1, approved_by = ?2
+		WHERE node_id = ?3 AND approved_at IS NULL AND expires_at > ?1
+		RETURNING ` + pendingColumns)
+	qTakePending = newWriteQuery(`DELETE FROM pending_joins WHERE id = ?
+		RETURNING approved_at, node_id, token_hash`)
+	qGetPending  = newReadQuery(`SELECT ` + pendingColumns + ` FROM pending_joins WHERE id = ?`)
+	qListPending = newReadQuery(`SELECT ` + pendingColumns + ` FROM pending_joins
+		WHERE expires_at > ? ORDER BY created_at NULLS FIRST, id`)
+)
+
 // CreatePending stores a join waiting for approval; ErrConflict if its ID
 // exists. The pending join must have an ID and a node id.
 func (d *DB) CreatePending(ctx context.Context, p store.Pending) error {
@@ -31,9 +44,8 @@ func (d *DB) CreatePending(ctx context.Context, p store.Pending) error {
 	if a.err != nil {
 		return fmt.Errorf("create pending join %s: %w", p.ID, a.err)
 	}
-	err := d.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO pending_joins (`+pendingColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, vals...)
+	err := d.write(ctx, func(t *wtx) error {
+		res, err := t.exec(qInsertPending, vals...)
 		if err != nil {
 			return err
 		}
@@ -48,7 +60,7 @@ func (d *DB) CreatePending(ctx context.Context, p store.Pending) error {
 // GetPending returns one pending join by ID, expired or not; ErrNotFound
 // if there is none.
 func (d *DB) GetPending(ctx context.Context, id string) (store.Pending, error) {
-	p, err := scanPending(d.r.QueryRowContext(ctx, `SELECT `+pendingColumns+` FROM pending_joins WHERE id = ?`, id))
+	p, err := scanPending(d.queryRow(ctx, qGetPending, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -67,8 +79,7 @@ func (d *DB) ListPending(ctx context.Context, now time.Time) ([]store.Pending, e
 	if err != nil {
 		return nil, fmt.Errorf("list pending joins: %w", err)
 	}
-	rows, err := d.r.QueryContext(ctx, `SELECT `+pendingColumns+` FROM pending_joins
-		WHERE expires_at > ? ORDER BY created_at NULLS FIRST, id`, at)
+	rows, err := d.query(ctx, qListPending, at)
 	if err != nil {
 		return nil, fmt.Errorf("list pending joins: %w", err)
 	}
@@ -89,10 +100,8 @@ func (d *DB) ApprovePending(ctx context.Context, nodeID, by string, now time.Tim
 		return nil, fmt.Errorf("approve pending joins of node %q: %w", nodeID, err)
 	}
 	var ps []store.Pending
-	err = d.write(ctx, func(tx *sql.Tx) error {
-		rows, err := tx.QueryContext(ctx, `UPDATE pending_joins SET approved_at = ?1, approved_by = ?2
-			WHERE node_id = ?3 AND approved_at IS NULL AND expires_at > ?1
-			RETURNING `+pendingColumns, at, by, nodeID)
+	err = d.write(ctx, func(t *wtx) error {
+		rows, err := t.query(qApprovePending, at, by, nodeID)
 		if err != nil {
 			return err
 		}
@@ -119,14 +128,13 @@ func (d *DB) ApprovePending(ctx context.Context, nodeID, by string, now time.Tim
 // ErrConflict, and the caller must roll back, when there is no such pending
 // join, when it is not approved, or when it was made for another node or
 // another token.
-func takePending(ctx context.Context, tx *sql.Tx, id, nodeID string, tokenHash []byte) error {
+func takePending(t *wtx, id, nodeID string, tokenHash []byte) error {
 	var (
 		approved  sql.NullInt64
 		node      string
 		pendToken []byte
 	)
-	err := tx.QueryRowContext(ctx, `DELETE FROM pending_joins WHERE id = ?
-		RETURNING approved_at, node_id, token_hash`, id).Scan(&approved, &node, &pendToken)
+	err := t.queryRow(qTakePending, id).Scan(&approved, &node, &pendToken)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("no pending join %q: %w", id, store.ErrConflict)

@@ -503,11 +503,11 @@ func benchSetup(b *testing.B) (*DB, []store.Join) {
 	now := time.Now()
 	joins := make([]store.Join, b.N)
 	// One transaction for all the tokens, so setup stays quick.
-	err := db.write(context.Background(), func(tx *sql.Tx) error {
+	err := db.write(context.Background(), func(t *wtx) error {
 		for i := range b.N {
 			id := fmt.Sprintf("tok%08d", i)
 			var a args
-			_, err := tx.Exec(`INSERT INTO tokens (`+tokenColumns+`) VALUES (?, ?, 'worker', 'a', '', 0, 0, 'bench', ?, ?, NULL, '')`,
+			_, err := t.tx.Exec(`INSERT INTO tokens (`+tokenColumns+`) VALUES (?, ?, 'worker', 'a', '', 0, 0, 'bench', ?, ?, NULL, '')`,
 				id, hash(id), a.time(now), a.time(now.Add(time.Hour)))
 			if err != nil {
 				return err

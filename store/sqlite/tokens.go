@@ -12,6 +12,16 @@ import (
 const tokenColumns = `id, hash, role, site, node_id, allow_reclaim, require_approval,
 	created_by, created_at, expires_at, used_at, used_by`
 
+var (
+	qInsertToken = newWriteQuery(`INSERT INTO tokens (` + tokenColumns + `)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
+	qSpendToken = newWriteQuery(`UPDATE tokens SET used_at = ?1, used_by = ?2
+		WHERE hash = ?3 AND used_at IS NULL AND expires_at > ?1`)
+	qTokenState  = newWriteQuery(`SELECT id, used_at, used_by, expires_at FROM tokens WHERE hash = ?`)
+	qTokenByHash = newReadQuery(`SELECT ` + tokenColumns + ` FROM tokens WHERE hash = ?`)
+	qListTokens  = newReadQuery(`SELECT ` + tokenColumns + ` FROM tokens ORDER BY created_at DESC NULLS LAST, id`)
+)
+
 // CreateToken stores a new token; ErrConflict if its ID or its hash exists.
 func (d *DB) CreateToken(ctx context.Context, t store.Token) error {
 	if t.ID == "" || len(t.Hash) == 0 {
@@ -23,9 +33,8 @@ func (d *DB) CreateToken(ctx context.Context, t store.Token) error {
 	if a.err != nil {
 		return fmt.Errorf("create token %s: %w", t.ID, a.err)
 	}
-	err := d.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO tokens (`+tokenColumns+`)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`, vals...)
+	err := d.write(ctx, func(t *wtx) error {
+		res, err := t.exec(qInsertToken, vals...)
 		if err != nil {
 			return err
 		}
@@ -40,7 +49,7 @@ func (d *DB) CreateToken(ctx context.Context, t store.Token) error {
 // TokenByHash returns the token with this hash, used or not; ErrNotFound if
 // there is none.
 func (d *DB) TokenByHash(ctx context.Context, hash []byte) (store.Token, error) {
-	t, err := scanToken(d.r.QueryRowContext(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE hash = ?`, hash))
+	t, err := scanToken(d.queryRow(ctx, qTokenByHash, hash))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
@@ -53,8 +62,7 @@ func (d *DB) TokenByHash(ctx context.Context, hash []byte) (store.Token, error) 
 // ListTokens returns all tokens, newest (latest CreatedAt) first; tokens
 // created at the same time are ordered by ID.
 func (d *DB) ListTokens(ctx context.Context) ([]store.Token, error) {
-	rows, err := d.r.QueryContext(ctx, `SELECT `+tokenColumns+` FROM tokens
-		ORDER BY created_at DESC NULLS LAST, id`)
+	rows, err := d.query(ctx, qListTokens)
 	if err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
@@ -76,9 +84,8 @@ func (d *DB) ListTokens(ctx context.Context) ([]store.Token, error) {
 // spendToken marks the token with hash used by nodeID at now, if it is
 // unused and unexpired at now; otherwise it returns an error wrapping
 // ErrConflict that says why.
-func spendToken(ctx context.Context, tx *sql.Tx, hash []byte, nodeID string, now sql.NullInt64) error {
-	res, err := tx.ExecContext(ctx, `UPDATE tokens SET used_at = ?1, used_by = ?2
-		WHERE hash = ?3 AND used_at IS NULL AND expires_at > ?1`, now, nodeID, hash)
+func spendToken(t *wtx, hash []byte, nodeID string, now sql.NullInt64) error {
+	res, err := t.exec(qSpendToken, now, nodeID, hash)
 	if err != nil {
 		return fmt.Errorf("spend token: %w", err)
 	}
@@ -92,7 +99,7 @@ func spendToken(ctx context.Context, tx *sql.Tx, hash []byte, nodeID string, now
 		usedBy   string
 		deadline sql.NullInt64
 	)
-	err = tx.QueryRowContext(ctx, `SELECT id, used_at, used_by, expires_at FROM tokens WHERE hash = ?`, hash).
+	err = t.queryRow(qTokenState, hash).
 		Scan(&id, &usedAt, &usedBy, &deadline)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

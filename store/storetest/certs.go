@@ -13,7 +13,7 @@ var certCases = []testCase{
 		j := newJoin("", "node-1", "s1", at(0))
 		mustJoin(t, s, j)
 		c := newCert("s2", "node-1", 1, "renew", at(time.Hour))
-		if err := s.RecordRenewal(t.Context(), c); err != nil {
+		if err := s.RecordRenewal(t.Context(), c, nil); err != nil {
 			t.Fatalf("RecordRenewal: %v", err)
 		}
 		wantEqual(t, "renewed certificate", normCert, mustGetCert(t, s, "s2"), c)
@@ -26,18 +26,18 @@ var certCases = []testCase{
 	}},
 	{"a renewal after a revocation is a conflict", func(t *testing.T, s store.Store) {
 		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
-		if _, _, err := s.RevokeNode(t.Context(), "node-1", "compromised", at(time.Minute)); err != nil {
+		if _, _, err := s.RevokeNode(t.Context(), "node-1", "compromised", at(time.Minute), nil); err != nil {
 			t.Fatalf("RevokeNode: %v", err)
 		}
 		before := mustGetNode(t, s, "node-1")
-		err := s.RecordRenewal(t.Context(), newCert("s2", "node-1", 1, "renew", at(2*time.Minute)))
+		err := s.RecordRenewal(t.Context(), newCert("s2", "node-1", 1, "renew", at(2*time.Minute)), nil)
 		wantErr(t, "renewal at the old generation", err, store.ErrConflict)
 		_, err = s.GetCert(t.Context(), "s2")
 		wantErr(t, "certificate of the refused renewal", err, store.ErrNotFound)
 		wantEqual(t, "node after the refused renewal", normNode, mustGetNode(t, s, "node-1"), before)
 	}},
 	{"a renewal of an unknown node is a conflict", func(t *testing.T, s store.Store) {
-		err := s.RecordRenewal(t.Context(), newCert("s1", "node-1", 1, "renew", at(0)))
+		err := s.RecordRenewal(t.Context(), newCert("s1", "node-1", 1, "renew", at(0)), nil)
 		wantErr(t, "renewal of an unknown node", err, store.ErrConflict)
 		_, err = s.GetCert(t.Context(), "s1")
 		wantErr(t, "certificate of the refused renewal", err, store.ErrNotFound)
@@ -45,10 +45,32 @@ var certCases = []testCase{
 	{"a renewal whose serial exists is a conflict", func(t *testing.T, s store.Store) {
 		j := newJoin("", "node-1", "s1", at(0))
 		mustJoin(t, s, j)
-		err := s.RecordRenewal(t.Context(), newCert("s1", "node-1", 1, "renew", at(time.Hour)))
+		err := s.RecordRenewal(t.Context(), newCert("s1", "node-1", 1, "renew", at(time.Hour)), nil)
 		wantErr(t, "renewal reusing a serial", err, store.ErrConflict)
 		wantEqual(t, "certificate", normCert, mustGetCert(t, s, "s1"), j.Cert)
 		wantEqual(t, "node", normNode, mustGetNode(t, s, "node-1"), j.Node)
+	}},
+	{"a renewal appends its audit event in its transaction; a refused one writes none", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
+		ev := newAudit("renew", "node-1", at(time.Hour))
+		if err := s.RecordRenewal(ctx, newCert("s2", "node-1", 1, "renew", at(time.Hour)), ev); err != nil {
+			t.Fatalf("RecordRenewal: %v", err)
+		}
+		wantAudit(t, "audit trail after the renewal", s, ev)
+
+		for name, c := range map[string]store.Cert{
+			"a known serial":     newCert("s2", "node-1", 1, "renew", at(2*time.Hour)),
+			"another generation": newCert("s3", "node-1", 2, "renew", at(2*time.Hour)),
+			"an unknown node":    newCert("s4", "node-9", 1, "renew", at(2*time.Hour)),
+		} {
+			err := s.RecordRenewal(ctx, c, newAudit("renew", c.NodeID, c.IssuedAt))
+			wantErr(t, "renewal with "+name, err, store.ErrConflict)
+		}
+		if err := s.RecordRenewal(ctx, newCert("s5", "node-1", 1, "renew", at(3*time.Hour)), nil); err != nil {
+			t.Fatalf("RecordRenewal without an event: %v", err)
+		}
+		wantAudit(t, "audit trail after the refused renewals and one without an event", s, ev)
 	}},
 	{"an unknown certificate is not found", func(t *testing.T, s store.Store) {
 		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
@@ -60,11 +82,11 @@ var certCases = []testCase{
 		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
 		mustJoin(t, s, newJoin("", "node-2", "t1", at(0)))
 		for i, serial := range []string{"s2", "s3", "s4"} {
-			if err := s.RecordRenewal(ctx, newCert(serial, "node-1", 1, "renew", at(time.Duration(i+1)*10*time.Minute))); err != nil {
+			if err := s.RecordRenewal(ctx, newCert(serial, "node-1", 1, "renew", at(time.Duration(i+1)*10*time.Minute)), nil); err != nil {
 				t.Fatalf("RecordRenewal(%s): %v", serial, err)
 			}
 		}
-		if err := s.RecordRenewal(ctx, newCert("t2", "node-2", 1, "renew", at(30*time.Minute))); err != nil {
+		if err := s.RecordRenewal(ctx, newCert("t2", "node-2", 1, "renew", at(30*time.Minute)), nil); err != nil {
 			t.Fatalf("RecordRenewal(t2): %v", err)
 		}
 		// node-1 has certificates issued at 0, 10, 20 and 30 minutes.
@@ -92,7 +114,7 @@ var certCases = []testCase{
 			}
 		}
 		// Revoked certificates still count: they were issued.
-		if _, _, err := s.RevokeNode(ctx, "node-1", "test", at(time.Hour)); err != nil {
+		if _, _, err := s.RevokeNode(ctx, "node-1", "test", at(time.Hour), nil); err != nil {
 			t.Fatalf("RevokeNode: %v", err)
 		}
 		if n, err := s.CountCerts(ctx, "node-1", at(0)); err != nil || n != 4 {
@@ -109,11 +131,11 @@ var certCases = []testCase{
 			serial string
 			issued time.Duration
 		}{{"s4", 30 * time.Minute}, {"s2", 10 * time.Minute}, {"s3", 20 * time.Minute}} {
-			if err := s.RecordRenewal(ctx, newCert(r.serial, "node-1", 1, "renew", at(r.issued))); err != nil {
+			if err := s.RecordRenewal(ctx, newCert(r.serial, "node-1", 1, "renew", at(r.issued)), nil); err != nil {
 				t.Fatalf("RecordRenewal(%s): %v", r.serial, err)
 			}
 		}
-		if err := s.RecordRenewal(ctx, newCert("t2", "node-2", 1, "renew", at(15*time.Minute))); err != nil {
+		if err := s.RecordRenewal(ctx, newCert("t2", "node-2", 1, "renew", at(15*time.Minute)), nil); err != nil {
 			t.Fatalf("RecordRenewal(t2): %v", err)
 		}
 		// A reclaim's join certificate is not a renewal.
@@ -164,10 +186,10 @@ var revokeCases = []testCase{
 		ctx := t.Context()
 		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
 		mustJoin(t, s, newJoin("", "node-2", "t1", at(0)))
-		if err := s.RecordRenewal(ctx, newCert("s2", "node-1", 1, "renew", at(10*time.Minute))); err != nil {
+		if err := s.RecordRenewal(ctx, newCert("s2", "node-1", 1, "renew", at(10*time.Minute)), nil); err != nil {
 			t.Fatalf("RecordRenewal: %v", err)
 		}
-		gen, serials, err := s.RevokeNode(ctx, "node-1", "compromised", at(time.Hour))
+		gen, serials, err := s.RevokeNode(ctx, "node-1", "compromised", at(time.Hour), nil)
 		if err != nil {
 			t.Fatalf("RevokeNode: %v", err)
 		}
@@ -193,7 +215,7 @@ var revokeCases = []testCase{
 
 		// A second revocation raises the generation again and revokes
 		// nothing new; the first revocation's record stays.
-		gen, serials, err = s.RevokeNode(ctx, "node-1", "again", at(2*time.Hour))
+		gen, serials, err = s.RevokeNode(ctx, "node-1", "again", at(2*time.Hour), nil)
 		if err != nil {
 			t.Fatalf("second RevokeNode: %v", err)
 		}
@@ -206,17 +228,17 @@ var revokeCases = []testCase{
 		}
 	}},
 	{"revoking an unknown node is not found", func(t *testing.T, s store.Store) {
-		_, _, err := s.RevokeNode(t.Context(), "node-1", "test", at(0))
+		_, _, err := s.RevokeNode(t.Context(), "node-1", "test", at(0), nil)
 		wantErr(t, "RevokeNode(unknown)", err, store.ErrNotFound)
 	}},
 	{"deleting a node keeps its certificate records revoked", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
 		mustJoin(t, s, newJoin("", "node-2", "t1", at(0)))
-		if err := s.RecordRenewal(ctx, newCert("s2", "node-1", 1, "renew", at(10*time.Minute))); err != nil {
+		if err := s.RecordRenewal(ctx, newCert("s2", "node-1", 1, "renew", at(10*time.Minute)), nil); err != nil {
 			t.Fatalf("RecordRenewal: %v", err)
 		}
-		serials, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(time.Hour))
+		serials, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(time.Hour), nil)
 		if err != nil {
 			t.Fatalf("DeleteNode: %v", err)
 		}
@@ -241,7 +263,7 @@ var revokeCases = []testCase{
 		if n, err := s.CountCerts(ctx, "node-1", time.Time{}); err != nil || n != 2 {
 			t.Errorf("CountCerts of the deleted node = %d, %v; want 2", n, err)
 		}
-		err = s.RecordRenewal(ctx, newCert("s3", "node-1", 1, "renew", at(2*time.Hour)))
+		err = s.RecordRenewal(ctx, newCert("s3", "node-1", 1, "renew", at(2*time.Hour)), nil)
 		wantErr(t, "renewal of the deleted node", err, store.ErrConflict)
 
 		// The id is free again: the machine may join anew.
@@ -253,8 +275,31 @@ var revokeCases = []testCase{
 			t.Errorf("the new join changed an old certificate: %+v", c)
 		}
 	}},
+	{"a revocation and a deletion append their audit events in their transactions", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
+		mustJoin(t, s, newJoin("", "node-2", "t1", at(0)))
+		rev := newAudit("node.revoke", "node-1", at(time.Hour))
+		if _, _, err := s.RevokeNode(ctx, "node-1", "compromised", at(time.Hour), rev); err != nil {
+			t.Fatalf("RevokeNode: %v", err)
+		}
+		del := newAudit("node.delete", "node-2", at(2*time.Hour))
+		if _, err := s.DeleteNode(ctx, "node-2", "decommissioned", at(2*time.Hour), del); err != nil {
+			t.Fatalf("DeleteNode: %v", err)
+		}
+		wantAudit(t, "audit trail after the revocation and the deletion", s, del, rev)
+
+		_, _, err := s.RevokeNode(ctx, "node-9", "test", at(3*time.Hour), newAudit("node.revoke", "node-9", at(3*time.Hour)))
+		wantErr(t, "RevokeNode(unknown)", err, store.ErrNotFound)
+		_, err = s.DeleteNode(ctx, "node-2", "test", at(3*time.Hour), newAudit("node.delete", "node-2", at(3*time.Hour)))
+		wantErr(t, "DeleteNode(deleted)", err, store.ErrNotFound)
+		if _, _, err := s.RevokeNode(ctx, "node-1", "again", at(4*time.Hour), nil); err != nil {
+			t.Fatalf("RevokeNode without an event: %v", err)
+		}
+		wantAudit(t, "audit trail after the refused calls and one without an event", s, del, rev)
+	}},
 	{"deleting an unknown node is not found", func(t *testing.T, s store.Store) {
-		_, err := s.DeleteNode(t.Context(), "node-1", "test", at(0))
+		_, err := s.DeleteNode(t.Context(), "node-1", "test", at(0), nil)
 		wantErr(t, "DeleteNode(unknown)", err, store.ErrNotFound)
 	}},
 }

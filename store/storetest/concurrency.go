@@ -21,6 +21,7 @@ var concurrencyCases = []testCase{
 		for i := range n {
 			wg.Go(func() {
 				j := newJoin(fmt.Sprintf("tok%02d", i), fmt.Sprintf("node-%02d", i), fmt.Sprintf("s%02d", i), at(time.Minute))
+				j.Audit = newAudit("join", j.Node.ID, at(time.Minute))
 				errs[i] = s.CompleteJoin(t.Context(), j)
 			})
 		}
@@ -29,6 +30,22 @@ var concurrencyCases = []testCase{
 			if err != nil {
 				t.Errorf("join %d: %v", i, err)
 			}
+		}
+		es, err := s.ListAudit(t.Context(), 1000)
+		if err != nil {
+			t.Fatalf("ListAudit: %v", err)
+		}
+		subjects := map[string]int{}
+		for _, e := range es {
+			subjects[e.Subject]++
+		}
+		for i := range n {
+			if id := fmt.Sprintf("node-%02d", i); subjects[id] != 1 {
+				t.Errorf("%d audit events of the join of %s, want 1", subjects[id], id)
+			}
+		}
+		if len(es) != n {
+			t.Errorf("%d audit events, want %d", len(es), n)
 		}
 		ns, err := s.ListNodes(t.Context())
 		if err != nil {
@@ -53,6 +70,7 @@ var concurrencyCases = []testCase{
 			wg.Go(func() {
 				<-start
 				j := newJoin("tok1", fmt.Sprintf("node-%02d", i), fmt.Sprintf("s%02d", i), at(time.Minute))
+				j.Audit = newAudit("join", j.Node.ID, at(time.Minute))
 				errs[i] = s.CompleteJoin(t.Context(), j)
 			})
 		}
@@ -80,5 +98,6 @@ var concurrencyCases = []testCase{
 		if tok := mustGetToken(t, s, "tok1"); tok.UsedBy != fmt.Sprintf("node-%02d", winner) {
 			t.Errorf("token used by %q, want the winner node-%02d", tok.UsedBy, winner)
 		}
+		wantAudit(t, "audit trail", s, newAudit("join", fmt.Sprintf("node-%02d", winner), at(time.Minute)))
 	}},
 }

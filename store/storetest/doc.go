@@ -39,4 +39,7 @@
 //     does.
 //   - ListAudit orders by event Time, newest first, and events of the same
 //     Time latest appended first; a limit below 1 is an error.
+//   - The audit event given to CompleteJoin (Join.Audit), RecordRenewal,
+//     RevokeNode or DeleteNode is appended if and only if the call
+//     succeeds; a nil event appends nothing.
 package storetest

@@ -85,7 +85,7 @@ var joinCases = []testCase{
 	{"a reclaim replaces the node and revokes its live certificates", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
-		if _, _, err := s.RevokeNode(ctx, "node-1", "stolen", at(5*time.Minute)); err != nil {
+		if _, _, err := s.RevokeNode(ctx, "node-1", "stolen", at(5*time.Minute), nil); err != nil {
 			t.Fatalf("RevokeNode: %v", err)
 		}
 		// The stolen machine comes back with a reclaiming token.
@@ -100,7 +100,7 @@ var joinCases = []testCase{
 			Cert:      newCert("s2", "node-1", 3, "join", at(10*time.Minute)),
 		}
 		mustJoin(t, s, second)
-		if err := s.RecordRenewal(ctx, newCert("s3", "node-1", 3, "renew", at(20*time.Minute))); err != nil {
+		if err := s.RecordRenewal(ctx, newCert("s3", "node-1", 3, "renew", at(20*time.Minute)), nil); err != nil {
 			t.Fatalf("RecordRenewal: %v", err)
 		}
 
@@ -168,6 +168,42 @@ var joinCases = []testCase{
 		}
 		wantNoNode(t, s, "node-1")
 		wantUnspent(t, s, "tok1")
+	}},
+	{"a join appends its audit event in its transaction", func(t *testing.T, s store.Store) {
+		mustCreateToken(t, s, newToken("tok1", at(0)))
+		j := newJoin("tok1", "node-1", "s1", at(time.Minute))
+		j.Audit = newAudit("join", "node-1", at(time.Minute))
+		mustJoin(t, s, j)
+		wantEqual(t, "joined node", normNode, mustGetNode(t, s, "node-1"), j.Node)
+		wantAudit(t, "audit trail after the join", s, j.Audit)
+
+		mustJoin(t, s, newJoin("", "node-2", "s2", at(2*time.Minute)))
+		wantAudit(t, "audit trail after a join without an event", s, j.Audit)
+	}},
+	{"a refused join writes neither its node nor its audit event", func(t *testing.T, s store.Store) {
+		mustCreateToken(t, s, newToken("tok1", at(0)))
+		mustCreateToken(t, s, newToken("tok2", at(0)))
+		mustJoin(t, s, newJoin("tok1", "node-1", "s1", at(time.Minute)))
+		refused := map[string]store.Join{
+			"a used token":     newJoin("tok1", "node-2", "s2", at(2*time.Minute)),
+			"an unknown token": newJoin("nope", "node-3", "s3", at(2*time.Minute)),
+			"a known node":     newJoin("tok2", "node-1", "s4", at(2*time.Minute)),
+			"a known serial":   newJoin("tok2", "node-5", "s1", at(2*time.Minute)),
+			"an expired token": newJoin("tok2", "node-6", "s6", at(2*time.Hour)),
+		}
+		for name, j := range refused {
+			j.Audit = newAudit("join", j.Node.ID, j.Now)
+			wantErr(t, "join with "+name, s.CompleteJoin(t.Context(), j), store.ErrConflict)
+		}
+		j := newJoin("tok2", "node-7", "s7", at(2*time.Minute))
+		j.Audit = newAudit("join", "node-7", j.Now)
+		wantErr(t, "join with a cancelled context", s.CompleteJoin(cancelled(t), j), context.Canceled)
+
+		for _, id := range []string{"node-2", "node-3", "node-5", "node-6", "node-7"} {
+			wantNoNode(t, s, id)
+		}
+		wantUnspent(t, s, "tok2")
+		wantAudit(t, "audit trail after the refused joins", s)
 	}},
 	{"a join with a cancelled context fails and writes nothing", func(t *testing.T, s store.Store) {
 		mustCreateToken(t, s, newToken("tok1", at(0)))

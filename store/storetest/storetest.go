@@ -234,6 +234,34 @@ func wantEqual[T any](t *testing.T, what string, norm func(T) T, got, want T) {
 	}
 }
 
+// newAudit returns an audit event of action on subject at when.
+func newAudit(action, subject string, when time.Time) *store.AuditEvent {
+	return &store.AuditEvent{
+		Time:    when,
+		Actor:   "admin@example.org",
+		Action:  action,
+		Subject: subject,
+		Detail:  action + " of " + subject,
+	}
+}
+
+// wantAudit fails the test unless the audit trail holds exactly the events
+// want, newest first as ListAudit orders them.
+func wantAudit(t *testing.T, what string, s store.Store, want ...*store.AuditEvent) {
+	t.Helper()
+	es, err := s.ListAudit(t.Context(), 1000)
+	if err != nil {
+		t.Fatalf("ListAudit: %v", err)
+	}
+	if len(es) != len(want) {
+		t.Errorf("%s: %d audit events %+v, want %d", what, len(es), es, len(want))
+		return
+	}
+	for i := range es {
+		wantEqual(t, what, normAudit, es[i], *want[i])
+	}
+}
+
 // wantIDs fails the test unless the nodes have exactly the ids want, in
 // that order.
 func wantIDs(t *testing.T, what string, nodes []store.Node, want ...string) {
