@@ -73,6 +73,9 @@ type Node struct {
 	// CertSerial is the serial (lower-case hex) of the latest certificate.
 	CertSerial   string
 	CertNotAfter time.Time
+	// EKPin is the pin ("sha256:" + hex of the SPKI DER) of the EK a tpm
+	// join proved; empty for a node that never joined with its TPM.
+	EKPin string
 }
 
 // Cert records one issued node certificate.
@@ -153,6 +156,9 @@ type Store interface {
 	CompleteJoin(ctx context.Context, j Join) error
 	// GetNode returns one node; ErrNotFound if there is none.
 	GetNode(ctx context.Context, id string) (Node, error)
+	// NodeByEKPin returns the node whose stored EKPin is pin; ErrNotFound
+	// if there is none (or pin is empty).
+	NodeByEKPin(ctx context.Context, pin string) (Node, error)
 	// ListNodes returns all nodes ordered by id.
 	ListNodes(ctx context.Context) ([]Node, error)
 	// NodesByClaims returns the nodes whose stored product UUID equals

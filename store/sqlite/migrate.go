@@ -109,6 +109,12 @@ CREATE TABLE pending_joins (
 CREATE INDEX pending_joins_node_id ON pending_joins (node_id);
 CREATE INDEX pending_joins_created_at ON pending_joins (created_at);
 `,
+	// 3: the pin of the EK a tpm join proved, so the same TPM reclaims its
+	// node without a token.
+	`
+ALTER TABLE nodes ADD COLUMN ek_pin TEXT NOT NULL DEFAULT '';
+CREATE INDEX nodes_ek_pin ON nodes (ek_pin) WHERE ek_pin <> '';
+`,
 }
 
 const createMigrationsTable = `

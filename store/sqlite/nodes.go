@@ -17,12 +17,12 @@ const nodeColumns = `n.id, n.spiffe_id, n.role, n.site, n.state, n.generation, n
 	n.product_uuid,
 	(SELECT json_group_array(s.serial ORDER BY s.pos) FROM node_serials s WHERE s.node_id = n.id),
 	n.macs, n.gpu_uuids, n.hostname, n.boot_id, n.daemon_version,
-	n.joined_at, n.last_seen, n.cert_serial, n.cert_not_after`
+	n.joined_at, n.last_seen, n.cert_serial, n.cert_not_after, n.ek_pin`
 
 const nodeInsert = `INSERT INTO nodes (id, spiffe_id, role, site, state, generation, attestor,
 		product_uuid, macs, gpu_uuids, hostname, boot_id, daemon_version,
-		joined_at, last_seen, cert_serial, cert_not_after)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		joined_at, last_seen, cert_serial, cert_not_after, ek_pin)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 var (
 	qInsertNode  = newWriteQuery(nodeInsert + ` ON CONFLICT (id) DO NOTHING`)
@@ -33,7 +33,7 @@ var (
 		hostname = excluded.hostname, boot_id = excluded.boot_id,
 		daemon_version = excluded.daemon_version, joined_at = excluded.joined_at,
 		last_seen = excluded.last_seen, cert_serial = excluded.cert_serial,
-		cert_not_after = excluded.cert_not_after`)
+		cert_not_after = excluded.cert_not_after, ek_pin = excluded.ek_pin`)
 	qRevokeReclaimed = newWriteQuery(`UPDATE certs SET revoked_at = ?, revoked_reason = 'reclaimed'
 		WHERE node_id = ? AND revoked_at IS NULL`)
 	qDeleteSerials = newWriteQuery(`DELETE FROM node_serials WHERE node_id = ?`)
@@ -45,6 +45,7 @@ var (
 	qDeleteNode    = newWriteQuery(`DELETE FROM nodes WHERE id = ?`)
 	qGetNode       = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n WHERE n.id = ?`)
 	qListNodes     = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n ORDER BY n.id`)
+	qNodeByEKPin   = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n WHERE n.ek_pin = ? AND n.ek_pin <> '' ORDER BY n.id LIMIT 1`)
 	qNodesByClaims = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n
 		WHERE n.id IN (
 			SELECT id FROM nodes WHERE ?1 <> '' AND product_uuid = ?1
@@ -139,7 +140,7 @@ func nodeArgs(a *args, n store.Node) []any {
 	return []any{n.ID, n.SPIFFEID, n.Role, n.Site, n.State, a.gen(n.Generation), n.Attestor,
 		n.Claims.ProductUUID, a.list(n.Claims.MACs), a.list(n.Claims.GPUUUIDs),
 		n.Claims.Hostname, n.Claims.BootID, n.DaemonVersion,
-		a.time(n.JoinedAt), a.time(n.LastSeen), n.CertSerial, a.time(n.CertNotAfter)}
+		a.time(n.JoinedAt), a.time(n.LastSeen), n.CertSerial, a.time(n.CertNotAfter), n.EKPin}
 }
 
 // putNode inserts the node row, or with replace overwrites the one with the
@@ -182,6 +183,22 @@ func (d *DB) GetNode(ctx context.Context, id string) (store.Node, error) {
 }
 
 // ListNodes returns all nodes ordered by id.
+// NodeByEKPin returns the node whose tpm join proved the EK with this pin;
+// ErrNotFound if none did.
+func (d *DB) NodeByEKPin(ctx context.Context, pin string) (store.Node, error) {
+	if pin == "" {
+		return store.Node{}, fmt.Errorf("node by EK pin: empty pin: %w", store.ErrNotFound)
+	}
+	n, err := scanNode(d.queryRow(ctx, qNodeByEKPin, pin))
+	if errors.Is(err, sql.ErrNoRows) {
+		return store.Node{}, fmt.Errorf("node with EK %s: %w", pin, store.ErrNotFound)
+	}
+	if err != nil {
+		return store.Node{}, fmt.Errorf("node by EK pin: %w", err)
+	}
+	return n, nil
+}
+
 func (d *DB) ListNodes(ctx context.Context) ([]store.Node, error) {
 	ns, err := d.queryNodes(ctx, qListNodes)
 	if err != nil {
@@ -237,7 +254,7 @@ func scanNode(s scanner) (store.Node, error) {
 	)
 	if err := s.Scan(&n.ID, &n.SPIFFEID, &n.Role, &n.Site, &n.State, &gen, &n.Attestor,
 		&n.Claims.ProductUUID, &serials, &macs, &gpus, &n.Claims.Hostname, &n.Claims.BootID,
-		&n.DaemonVersion, &joined, &lastSeen, &n.CertSerial, &certNotAfter); err != nil {
+		&n.DaemonVersion, &joined, &lastSeen, &n.CertSerial, &certNotAfter, &n.EKPin); err != nil {
 		return store.Node{}, err
 	}
 	var err error

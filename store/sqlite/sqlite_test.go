@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -248,8 +249,20 @@ func TestASchema1FileUpgradesKeepingItsData(t *testing.T) {
 		t.Fatal(err)
 	}
 	j := testJoin(nil, "node-1", "s1", now)
-	if err := old.CompleteJoin(ctx, j); err != nil {
+	// The node row as a schema-1 fleetd wrote it: today's code writes
+	// columns that schema lacks.
+	if _, err := old.w.ExecContext(ctx, `INSERT INTO nodes (id, spiffe_id, role, site, state, generation, attestor,
+		product_uuid, macs, gpu_uuids, hostname, boot_id, daemon_version, joined_at, last_seen, cert_serial, cert_not_after)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		j.Node.ID, j.Node.SPIFFEID, j.Node.Role, j.Node.Site, j.Node.State, int64(j.Node.Generation), j.Node.Attestor,
+		j.Node.Claims.ProductUUID, jsonList(t, j.Node.Claims.MACs), jsonList(t, j.Node.Claims.GPUUUIDs), j.Node.Claims.Hostname, j.Node.Claims.BootID, j.Node.DaemonVersion,
+		j.Node.JoinedAt.UnixNano(), j.Node.LastSeen.UnixNano(), j.Node.CertSerial, j.Node.CertNotAfter.UnixNano()); err != nil {
 		t.Fatal(err)
+	}
+	for i, serial := range j.Node.Claims.Serials {
+		if _, err := old.w.ExecContext(ctx, `INSERT INTO node_serials (node_id, pos, serial) VALUES (?, ?, ?)`, j.Node.ID, i, serial); err != nil {
+			t.Fatal(err)
+		}
 	}
 	mustClose(t, old)
 
@@ -520,4 +533,16 @@ func benchSetup(b *testing.B) (*DB, []store.Join) {
 		b.Fatal(err)
 	}
 	return db, joins
+}
+
+func jsonList(t *testing.T, l []string) string {
+	t.Helper()
+	if l == nil {
+		l = []string{}
+	}
+	b, err := json.Marshal(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -89,6 +90,24 @@ var nodeCases = []testCase{
 				t.Fatalf("NodesByClaims(%s): %v", q.name, err)
 			}
 			wantIDs(t, "nodes matching "+q.name, found)
+		}
+	}},
+	{"a node is found by the pin of the EK its tpm join proved", func(t *testing.T, s store.Store) {
+		j := newJoin("", "node-tpm", "serial-tpm", at(0))
+		j.Node.EKPin = "sha256:ek-of-node-tpm"
+		mustJoin(t, s, j)
+		mustJoin(t, s, newJoin("", "node-token", "serial-token", at(time.Second)))
+		n, err := s.NodeByEKPin(t.Context(), "sha256:ek-of-node-tpm")
+		if err != nil || n.ID != "node-tpm" || n.EKPin != "sha256:ek-of-node-tpm" {
+			t.Fatalf("NodeByEKPin = %+v, %v; want node-tpm with its pin", n, err)
+		}
+		for _, pin := range []string{"", "sha256:other", "sha256:EK-OF-NODE-TPM"} {
+			if _, err := s.NodeByEKPin(t.Context(), pin); !errors.Is(err, store.ErrNotFound) {
+				t.Errorf("NodeByEKPin(%q) = %v, want ErrNotFound", pin, err)
+			}
+		}
+		if got := mustGetNode(t, s, "node-token"); got.EKPin != "" {
+			t.Errorf("a token node has EK pin %q", got.EKPin)
 		}
 	}},
 }
