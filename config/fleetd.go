@@ -38,10 +38,23 @@ type Fleetd struct {
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
 	Store    Store  `toml:"store"`
+	TPM      TPM    `toml:"tpm"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
 	path string
+}
+
+// TPM configures the tpm attestor.
+type TPM struct {
+	// EKRoots are PEM files of TPM manufacturers' root certificates an EK
+	// certificate must chain to; none means only EKs already pinned for a
+	// node can join with the tpm attestor.
+	EKRoots []string `toml:"ek_roots"`
+	// EKIntermediates are PEM files of manufacturer intermediates.
+	EKIntermediates []string `toml:"ek_intermediates"`
+	// ChallengeTTL is how long a challenge round may be answered.
+	ChallengeTTL Duration `toml:"challenge_ttl"`
 }
 
 // Store selects the control plane's store.
@@ -96,6 +109,9 @@ func (c *Fleetd) applyDefaults() {
 	}
 	if c.RamdiskRoles == nil {
 		c.RamdiskRoles = []string{"ramdisk"}
+	}
+	if c.TPM.ChallengeTTL.Duration == 0 {
+		c.TPM.ChallengeTTL.Duration = time.Minute
 	}
 	if c.PendingPoll.Duration == 0 {
 		c.PendingPoll.Duration = 2 * time.Second

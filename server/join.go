@@ -79,7 +79,6 @@ func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 }
 
 func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv1.JoinResponse, error) {
-	s := j.s
 	if len(req.Csr) == 0 || len(req.Csr) > maxCSRBytes {
 		return nil, refuse("CSR missing or larger than %d bytes", maxCSRBytes)
 	}
@@ -90,12 +89,34 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	csrHash := sha256.Sum256(req.Csr)
 	switch req.Attestor {
 	case "token":
+		return j.joinToken(ctx, req, csr, csrHash[:])
+	case "tpm":
+		return j.joinTPM(ctx, req, csr, csrHash[:])
 	case "":
 		return nil, refuse("no attestor named")
 	default:
 		return nil, refuse("attestor %q is not supported", capClaim(req.Attestor))
 	}
-	secret, err := s.cfg.Authority.JoinEncryption.OpenToken(csrHash[:], req.SealedToken)
+}
+
+// openedToken is a join token that opened for this request, and the
+// refusal to use once its id is known (audited, since it proved a token).
+type openedToken struct {
+	tok  store.Token
+	hash []byte
+}
+
+func (o *openedToken) deny(format string, args ...any) error {
+	r := refuse(format, args...)
+	r.audit, r.tokenID = true, o.tok.ID
+	return r
+}
+
+// openToken opens the sealed token of req for csrHash and checks it may
+// join: unused, unexpired, for the role asked and the node id asked.
+func (j *joinService) openToken(ctx context.Context, req *joinv1.JoinRequest, csrHash []byte) (*openedToken, error) {
+	s := j.s
+	secret, err := s.cfg.Authority.JoinEncryption.OpenToken(csrHash, req.SealedToken)
 	if err != nil {
 		return nil, refuse("sealed token does not open for this CSR: %v", err)
 	}
@@ -108,45 +129,52 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	if err != nil {
 		return nil, fmt.Errorf("look up token: %w", err)
 	}
-	deny := func(format string, args ...any) error {
-		r := refuse(format, args...)
-		r.audit, r.tokenID = true, tok.ID
-		return r
-	}
+	o := &openedToken{tok: tok, hash: hash[:]}
 	now := s.cfg.Now()
 	switch {
 	case !tok.UsedAt.IsZero():
-		return nil, deny("token already used by node %s at %s", tok.UsedBy, tok.UsedAt.UTC().Format("2006-01-02T15:04:05Z"))
+		return nil, o.deny("token already used by node %s at %s", tok.UsedBy, tok.UsedAt.UTC().Format(time.RFC3339))
 	case !now.Before(tok.ExpiresAt):
-		return nil, deny("token expired at %s", tok.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
+		return nil, o.deny("token expired at %s", tok.ExpiresAt.UTC().Format(time.RFC3339))
 	case req.Role != "" && req.Role != tok.Role:
-		return nil, deny("token is for role %q, the request asks for role %q", tok.Role, capClaim(req.Role))
-	case req.DeferralId != "" && !tok.RequireApproval:
-		return nil, deny("a deferral id for a token that needs no approval")
+		return nil, o.deny("token is for role %q, the request asks for role %q", tok.Role, capClaim(req.Role))
 	}
 	if req.NodeId != "" {
 		if err := pki.ValidNodeID(req.NodeId); err != nil {
-			return nil, deny("requested node id: %v", err)
+			return nil, o.deny("requested node id: %v", err)
 		}
 		if tok.NodeID != "" && tok.NodeID != req.NodeId {
-			return nil, deny("token is for node %q, the request asks for node %q", tok.NodeID, req.NodeId)
+			return nil, o.deny("token is for node %q, the request asks for node %q", tok.NodeID, req.NodeId)
 		}
 	}
-	claims := claimsFrom(req.Claims)
+	return o, nil
+}
 
+func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
+	s := j.s
+	o, err := j.openToken(ctx, req, csrHash)
+	if err != nil {
+		return nil, err
+	}
+	tok := o.tok
+	if req.DeferralId != "" && !tok.RequireApproval {
+		return nil, o.deny("a deferral id for a token that needs no approval")
+	}
+	now := s.cfg.Now()
+	claims := claimsFrom(req.Claims)
 	asked := req.NodeId
 	var pending store.Pending
 	if req.DeferralId != "" {
 		pending, err = s.cfg.Store.GetPending(ctx, req.DeferralId)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return nil, deny("unknown deferral")
+			return nil, o.deny("unknown deferral")
 		case err != nil:
 			return nil, fmt.Errorf("look up deferral: %w", err)
-		case !bytes.Equal(pending.CSRHash, csrHash[:]) || !bytes.Equal(pending.TokenHash, hash[:]):
-			return nil, deny("the deferral belongs to another request")
+		case !bytes.Equal(pending.CSRHash, csrHash) || !bytes.Equal(pending.TokenHash, o.hash):
+			return nil, o.deny("the deferral belongs to another request")
 		case !now.Before(pending.ExpiresAt):
-			return nil, deny("the pending join expired at %s", pending.ExpiresAt.UTC().Format(time.RFC3339))
+			return nil, o.deny("the pending join expired at %s", pending.ExpiresAt.UTC().Format(time.RFC3339))
 		}
 		asked = pending.NodeID
 	}
@@ -155,7 +183,7 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	if err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
-			return nil, deny("%s", r.reason)
+			return nil, o.deny("%s", r.reason)
 		}
 		return nil, err
 	}
@@ -163,7 +191,7 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	if tok.RequireApproval {
 		if pending.ID == "" {
 			pending = store.Pending{
-				ID: randomHex(16), TokenHash: hash[:], TokenID: tok.ID, CSRHash: csrHash[:],
+				ID: randomHex(16), TokenHash: o.hash, TokenID: tok.ID, CSRHash: csrHash,
 				NodeID: nodeID, Role: tok.Role, Site: tok.Site, Claims: claims,
 				CreatedAt: now, ExpiresAt: tok.ExpiresAt,
 			}
@@ -173,7 +201,7 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 			s.log.InfoContext(ctx, "join waiting for approval", keyNodeID, nodeID, keyTokenID, tok.ID, keyPeer, peerAddr(ctx))
 		}
 		if pending.NodeID != nodeID {
-			return nil, deny("the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
+			return nil, o.deny("the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
 		}
 		if pending.ApprovedAt.IsZero() {
 			return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
@@ -183,50 +211,85 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 			}}}, nil
 		}
 	}
+	return j.issue(ctx, issuance{
+		token: o, pendingID: pending.ID, nodeID: nodeID, reclaim: reclaim, gen: gen,
+		role: tok.Role, site: tok.Site, attestor: "token", claims: claims,
+		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
+	})
+}
 
-	lifetime := s.lifetimeFor(tok.Role)
-	notAfter := now.Add(lifetime)
+// issuance is everything a successful join decided.
+type issuance struct {
+	token      *openedToken // nil for a tpm join of a known EK
+	pendingID  string
+	nodeID     string
+	reclaim    bool
+	gen        uint64
+	role, site string
+	attestor   string
+	claims     store.Claims
+	ekPin      string
+	akName     []byte
+	csr        *x509.CertificateRequest
+	csrHash    []byte
+
+	daemonVersion string
+}
+
+// issue signs the node certificate, records the join (spending the token
+// and removing the pending join, if any) and signs the answer.
+func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinResponse, error) {
+	s := j.s
+	now := s.cfg.Now()
+	lifetime := s.lifetimeFor(in.role)
 	leaf, err := s.cfg.Authority.Issuer.Issue(pki.LeafRequest{
-		PublicKey: csr.PublicKey,
-		NodeID:    nodeID,
-		Role:      tok.Role,
-		Site:      tok.Site,
+		PublicKey: in.csr.PublicKey,
+		NodeID:    in.nodeID,
+		Role:      in.role,
+		Site:      in.site,
+		TPMAKName: in.akName,
 		NotBefore: now.Add(-backdate(lifetime)),
-		NotAfter:  notAfter,
+		NotAfter:  now.Add(lifetime),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("issue certificate for node %s: %w", nodeID, err)
+		return nil, fmt.Errorf("issue certificate for node %s: %w", in.nodeID, err)
 	}
 	serial := serialHex(leaf)
-	td := s.cfg.Authority.TrustDomain
-	spiffeID := pki.NodeSPIFFEID(td, nodeID)
+	actor := "ek:" + in.ekPin
+	var tokenHash []byte
+	if in.token != nil {
+		actor, tokenHash = "token:"+in.token.tok.ID, in.token.hash
+	}
 	err = s.cfg.Store.CompleteJoin(ctx, store.Join{
-		TokenHash: hash[:],
-		PendingID: pending.ID,
+		TokenHash: tokenHash,
+		PendingID: in.pendingID,
 		Now:       now,
-		Reclaim:   reclaim,
+		Reclaim:   in.reclaim,
 		Node: store.Node{
-			ID: nodeID, SPIFFEID: spiffeID, Role: tok.Role, Site: tok.Site,
-			State: store.StateActive, Generation: gen, Attestor: "token",
-			Claims: claims, DaemonVersion: capClaim(req.DaemonVersion),
-			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter,
+			ID: in.nodeID, SPIFFEID: pki.NodeSPIFFEID(s.cfg.Authority.TrustDomain, in.nodeID), Role: in.role, Site: in.site,
+			State: store.StateActive, Generation: in.gen, Attestor: in.attestor,
+			Claims: in.claims, DaemonVersion: capClaim(in.daemonVersion),
+			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter, EKPin: in.ekPin,
 		},
-		Cert: store.Cert{Serial: serial, NodeID: nodeID, Generation: gen, Kind: "join", IssuedAt: now, NotAfter: leaf.NotAfter},
-		Audit: &store.AuditEvent{Time: now, Actor: "token:" + tok.ID, Action: "join", Subject: nodeID,
-			Detail: fmt.Sprintf("serial %s generation %d reclaim %t", serial, gen, reclaim)},
+		Cert: store.Cert{Serial: serial, NodeID: in.nodeID, Generation: in.gen, Kind: "join", IssuedAt: now, NotAfter: leaf.NotAfter},
+		Audit: &store.AuditEvent{Time: now, Actor: actor, Action: "join", Subject: in.nodeID,
+			Detail: fmt.Sprintf("attestor %s serial %s generation %d reclaim %t", in.attestor, serial, in.gen, in.reclaim)},
 	})
 	if errors.Is(err, store.ErrConflict) {
-		return nil, deny("token or node id was taken by a concurrent join")
+		if in.token != nil {
+			return nil, in.token.deny("token or node id was taken by a concurrent join")
+		}
+		return nil, refuse("node %s changed during the join", in.nodeID)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("record join of node %s: %w", nodeID, err)
+		return nil, fmt.Errorf("record join of node %s: %w", in.nodeID, err)
 	}
-	signed, err := s.signResult(csrHash[:], leaf, nodeID, tok.Role, tok.Site, gen)
+	signed, err := s.signResult(in.csrHash, leaf, in.nodeID, in.role, in.site, in.gen)
 	if err != nil {
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "node joined", keyNodeID, nodeID, keyTokenID, tok.ID,
-		"serial", serial, "reclaim", reclaim, "generation", gen, keyPeer, peerAddr(ctx))
+	s.log.InfoContext(ctx, "node joined", keyNodeID, in.nodeID, "attestor", in.attestor, "actor", actor,
+		"serial", serial, "reclaim", in.reclaim, "generation", in.gen, keyPeer, peerAddr(ctx))
 	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Signed{Signed: signed}}, nil
 }
 

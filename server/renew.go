@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/sha256"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/store"
 )
@@ -112,6 +114,14 @@ func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.Rene
 		return nil, renewRefused(codes.InvalidArgument, "the renewal must certify a new key")
 	}
 
+	if len(cur.info.TPMAKName) > 0 {
+		// No downgrade: the next key must be certified by the AK the
+		// current certificate names.
+		if rerr := checkKeyAttestation(req.KeyAttestation, cur.info.TPMAKName, csrHash[:], csr.PublicKey); rerr != nil {
+			return nil, rerr
+		}
+	}
+
 	window := s.cfg.RenewalWindow
 	times, err := s.cfg.Store.RenewalTimes(ctx, cur.node.ID, now.Add(-window))
 	if err != nil {
@@ -168,4 +178,27 @@ const RamdiskMaxLifetime = 2 * time.Hour
 // little behind: a minute, or a quarter of a short lifetime.
 func backdate(lifetime time.Duration) time.Duration {
 	return min(time.Minute, lifetime/4)
+}
+
+// checkKeyAttestation checks that the AK named akName certified the key
+// of the renewal's CSR.
+func checkKeyAttestation(ka *joinv1.KeyAttestation, akName, csrHash []byte, csrKey crypto.PublicKey) *renewError {
+	if ka == nil {
+		return renewRefused(codes.PermissionDenied, "the certificate names a TPM AK: the renewal needs that AK's certification of the new key")
+	}
+	name, err := attest.AKName(ka.AkPublic)
+	if err != nil {
+		return renewRefused(codes.InvalidArgument, "AK public area: %v", err)
+	}
+	if !bytes.Equal(name, akName) {
+		return renewRefused(codes.PermissionDenied, "the new key is certified by AK %x, the certificate names AK %x", name, akName)
+	}
+	keyPub, err := attest.VerifyCertify(ka.AkPublic, ka.CertifyAttest, ka.CertifySignature, ka.KeyPublic, csrHash)
+	if err != nil {
+		return renewRefused(codes.PermissionDenied, "the AK's certification of the new key: %v", err)
+	}
+	if !samePublicKey(keyPub, csrKey) {
+		return renewRefused(codes.PermissionDenied, "the AK certified another key than the CSR's")
+	}
+	return nil
 }

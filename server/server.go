@@ -17,6 +17,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/store"
 )
@@ -52,6 +53,13 @@ type Config struct {
 	RamdiskRoles []string
 	// PendingPoll is how often a node waiting for approval asks again.
 	PendingPoll time.Duration
+	// EKVerifier checks EK certificates against the TPM manufacturers'
+	// roots; nil trusts no EK certificate, so only EKs already pinned for
+	// a node can join with the tpm attestor.
+	EKVerifier *attest.Verifier
+	// ChallengeTTL is how long a tpm join's challenge round may be
+	// answered (default 1 minute).
+	ChallengeTTL time.Duration
 	// ProbeTimeout is how long an older session of a node may take to
 	// answer a probe before a new process's session replaces it.
 	ProbeTimeout time.Duration
@@ -61,11 +69,12 @@ type Config struct {
 
 // Server holds the control plane's services.
 type Server struct {
-	cfg       Config
-	sessions  *sessions
-	log       *slog.Logger
-	wellKnown []byte
-	clientCAs *x509.CertPool
+	cfg        Config
+	sessions   *sessions
+	challenges challenges
+	log        *slog.Logger
+	wellKnown  []byte
+	clientCAs  *x509.CertPool
 }
 
 // New checks cfg and builds a Server.
@@ -96,6 +105,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.PendingPoll <= 0 {
 		cfg.PendingPoll = 2 * time.Second
+	}
+	if cfg.ChallengeTTL <= 0 {
+		cfg.ChallengeTTL = time.Minute
 	}
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = 3 * time.Second

@@ -3,6 +3,7 @@ package fleetd
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/config"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/server"
@@ -49,7 +51,13 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer st.Close()
 
+	ekVerifier, err := ekVerifier(cfg)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
+		EKVerifier:       ekVerifier,
+		ChallengeTTL:     cfg.TPM.ChallengeTTL.Duration,
 		Authority:        auth,
 		Store:            st,
 		Logger:           log,
@@ -128,4 +136,35 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log.Info("fleetd stopped")
 	return firstErr
+}
+
+// ekVerifier builds the EK certificate verifier from tpm.ek_roots, or nil
+// when none are configured.
+func ekVerifier(cfg *config.Fleetd) (*attest.Verifier, error) {
+	if len(cfg.TPM.EKRoots) == 0 {
+		return nil, nil
+	}
+	roots, err := certPool(cfg, "tpm.ek_roots", cfg.TPM.EKRoots)
+	if err != nil {
+		return nil, err
+	}
+	inter, err := certPool(cfg, "tpm.ek_intermediates", cfg.TPM.EKIntermediates)
+	if err != nil {
+		return nil, err
+	}
+	return attest.New(attest.Config{Roots: roots, Intermediates: inter})
+}
+
+func certPool(cfg *config.Fleetd, setting string, files []string) (*x509.CertPool, error) {
+	pool := x509.NewCertPool()
+	for _, f := range files {
+		certs, err := pki.ReadCerts(cfg.Resolve(f))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", setting, err)
+		}
+		for _, c := range certs {
+			pool.AddCert(c)
+		}
+	}
+	return pool, nil
 }
