@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -21,6 +22,21 @@ type authedNode struct {
 	info pki.NodeCertInfo
 	node store.Node
 	cert store.Cert
+	// issued is the last certificate this server issued to the caller on
+	// this connection; a renewal that presents it needs no chain check.
+	issued *x509.Certificate
+}
+
+// known returns the caller's TLS certificate or the one issued to it on
+// this connection when der is one of them, else nil.
+func (a *authedNode) known(der []byte) *x509.Certificate {
+	if bytes.Equal(der, a.leaf.Raw) {
+		return a.leaf
+	}
+	if a.issued != nil && bytes.Equal(der, a.issued.Raw) {
+		return a.issued
+	}
+	return nil
 }
 
 // errUnauthenticated is what a node with a dead certificate is told.

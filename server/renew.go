@@ -68,22 +68,9 @@ func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.Rene
 	if len(req.Chain) == 0 || len(req.Chain) > 8 {
 		return nil, renewRefused(codes.InvalidArgument, "renewal needs the current chain, leaf first")
 	}
-	leaf, err := x509.ParseCertificate(req.Chain[0])
-	if err != nil {
-		return nil, renewRefused(codes.InvalidArgument, "parse the current certificate: %v", err)
-	}
-	inter := x509.NewCertPool()
-	for _, der := range req.Chain[1:] {
-		c, err := x509.ParseCertificate(der)
-		if err != nil {
-			return nil, renewRefused(codes.InvalidArgument, "parse the chain: %v", err)
-		}
-		inter.AddCert(c)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(s.cfg.Authority.Root)
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-		return nil, renewRefused(codes.Unauthenticated, "the current certificate does not verify (expired certificates cannot renew: join again): %v", err)
+	leaf, rerr := s.currentLeaf(caller, req.Chain, now)
+	if rerr != nil {
+		return nil, rerr
 	}
 	cur, err := s.checkNodeCert(ctx, leaf)
 	if err != nil {
@@ -159,8 +146,44 @@ func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.Rene
 	if err != nil {
 		return nil, renewRefused(codes.Unavailable, "renewal could not be signed; retry")
 	}
+	caller.issued = next
 	s.log.InfoContext(ctx, "node renewed", keyNodeID, cur.node.ID, "serial", serial, "not_after", next.NotAfter.UTC().Format(time.RFC3339))
 	return signed, nil
+}
+
+// currentLeaf returns the renewal's current certificate once it is known
+// to be one the node CA issued and valid now. A certificate this caller
+// already proved (its TLS certificate, or one this server issued to it on
+// the same session) is only checked for its validity period: its chain was
+// verified then, and re-verifying costs as much as signing a new leaf.
+func (s *Server) currentLeaf(caller *authedNode, chain [][]byte, now time.Time) (*x509.Certificate, *renewError) {
+	var leaf *x509.Certificate
+	if known := caller.known(chain[0]); known != nil {
+		leaf = known
+	} else {
+		c, err := x509.ParseCertificate(chain[0])
+		if err != nil {
+			return nil, renewRefused(codes.InvalidArgument, "parse the current certificate: %v", err)
+		}
+		inter := x509.NewCertPool()
+		for _, der := range chain[1:] {
+			ic, err := x509.ParseCertificate(der)
+			if err != nil {
+				return nil, renewRefused(codes.InvalidArgument, "parse the chain: %v", err)
+			}
+			inter.AddCert(ic)
+		}
+		roots := x509.NewCertPool()
+		roots.AddCert(s.cfg.Authority.Root)
+		if _, err := c.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			return nil, renewRefused(codes.Unauthenticated, "the current certificate does not verify (expired certificates cannot renew: join again): %v", err)
+		}
+		leaf = c
+	}
+	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
+		return nil, renewRefused(codes.Unauthenticated, "the current certificate is not valid now (expired certificates cannot renew: join again)")
+	}
+	return leaf, nil
 }
 
 // lifetimeFor caps ramdisk nodes' certificates at two hours.
