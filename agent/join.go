@@ -54,10 +54,14 @@ type JoinConfig struct {
 	Attestor string
 	// TPM is the host's TPM: node keys are made in it when set, and the
 	// tpm attestor needs it.
-	TPM     *tpm.TPM
-	Claims  hwclaims.Claims
-	Version string
-	Logger  *slog.Logger
+	TPM *tpm.TPM
+	// EventLog is the boot's measurement log the tpm attestor sends with
+	// its quote (the host's /sys/kernel/security/tpm0/binary_bios_measurements);
+	// nil for a TPM without one.
+	EventLog []byte
+	Claims   hwclaims.Claims
+	Version  string
+	Logger   *slog.Logger
 
 	// MaxAttempts bounds retries of retryable failures (default 20);
 	// BackoffMin and BackoffMax bound the wait between them.
@@ -159,7 +163,7 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 		if c.TPM == nil {
 			return nil, errors.New("--attestor tpm needs a TPM: set tpm in config.toml (a device path or tcp://host:port)")
 		}
-		tj = &tpmJoin{t: c.TPM}
+		tj = &tpmJoin{t: c.TPM, eventLog: c.EventLog}
 		defer tj.close()
 	}
 	key, keyPEM, keyKind, err := keys.New(ctx)

@@ -16,6 +16,9 @@ type tpmJoin struct {
 	t  *tpm.TPM
 	ek *tpm.EK
 	ak *tpm.AK
+	// eventLog is the boot's measurement log, or nil where the TPM has
+	// none (swtpm, the simulator).
+	eventLog []byte
 }
 
 // evidence reads the EK certificate and EK, makes the AK, and has it
@@ -72,6 +75,7 @@ func (j *tpmJoin) answer(ctx context.Context, ch *joinv1.JoinChallenge) (*joinv1
 		QuoteAttest:     quoted,
 		QuoteSignature:  sig,
 		Pcrs:            pcrs,
+		EventLog:        j.eventLog,
 	}, nil
 }
 

@@ -1,9 +1,12 @@
 package bcdcli
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -111,6 +114,11 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 		defer t.Close()
 	}
 	jc.TPM, jc.Attestor = t, f.attestor
+	if t != nil && f.attestor == "tpm" && !strings.HasPrefix(cfg.TPM, "tcp://") {
+		if jc.EventLog, err = readEventLog(eventLogPath); err != nil {
+			return err
+		}
+	}
 	src := tokenSource{file: f.tokenFile, stdin: cmd.InOrStdin(), terminal: isTerminal(cmd.InOrStdin()), optional: f.attestor == "tpm"}
 	src.env, src.envSet = os.LookupEnv(TokenEnv)
 	jc.Token = src.read
@@ -215,4 +223,20 @@ func siteOrDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// eventLogPath is where Linux exposes the firmware's TPM event log.
+const eventLogPath = "/sys/kernel/security/tpm0/binary_bios_measurements"
+
+// readEventLog reads the boot's measurement log; a host without one (no
+// securityfs, a TPM the firmware did not measure into) has none.
+func readEventLog(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the boot event log %s (run bcd join as root): %w", path, err)
+	}
+	return b, nil
 }
