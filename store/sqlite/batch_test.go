@@ -53,19 +53,20 @@ func (r *batchRecorder) batches() []int {
 	return slices.Clone(r.sizes)
 }
 
-// waitQueued waits until n CompleteJoin calls wait in db's queue.
+// waitQueued waits until n CompleteJoin and RecordRenewal calls wait in
+// db's queue.
 func waitQueued(t *testing.T, db *DB, n int) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		db.joins.mu.Lock()
-		got := len(db.joins.calls)
-		db.joins.mu.Unlock()
+		db.queue.mu.Lock()
+		got := len(db.queue.calls)
+		db.queue.mu.Unlock()
 		if got == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d joins queued, want %d", got, n)
+			t.Fatalf("%d calls queued, want %d", got, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -295,22 +296,30 @@ func TestACommitFailureIsReportedToEveryJoinOfTheBatch(t *testing.T) {
 	}
 }
 
-// The calls queued behind a transaction run in batches of at most
-// maxJoinBatch.
-func TestJoinBatchesAreBounded(t *testing.T) {
+// The calls queued behind a transaction, joins and renewals, run in
+// batches of at most maxBatch.
+func TestBatchesAreBounded(t *testing.T) {
 	db := openTemp(t)
 	defer db.Close()
 	ctx := t.Context()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	const queued = maxJoinBatch + 72
+	const queued = maxBatch + 72
 	rec := newBatchRecorder(db)
 	errs := make([]error, queued+1)
 	var wg sync.WaitGroup
 	wg.Go(func() { errs[0] = db.CompleteJoin(ctx, testJoin(nil, "node-0000", "s0000", now)) })
 	<-rec.entered
+	joins := 1
 	for i := 1; i <= queued; i++ {
+		if i%2 == 1 {
+			wg.Go(func() {
+				errs[i] = db.CompleteJoin(ctx, testJoin(nil, fmt.Sprintf("node-%04d", i), fmt.Sprintf("s%04d", i), now))
+			})
+			joins++
+			continue
+		}
 		wg.Go(func() {
-			errs[i] = db.CompleteJoin(ctx, testJoin(nil, fmt.Sprintf("node-%04d", i), fmt.Sprintf("s%04d", i), now))
+			errs[i] = db.RecordRenewal(ctx, testRenewal("node-0000", fmt.Sprintf("r%04d", i), 1, now.Add(time.Duration(i)*time.Second)), nil)
 		})
 	}
 	waitQueued(t, db, queued)
@@ -318,19 +327,23 @@ func TestJoinBatchesAreBounded(t *testing.T) {
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			t.Errorf("join %d: %v", i, err)
+			t.Errorf("call %d: %v", i, err)
 		}
 	}
-	if got := rec.batches(); !slices.Equal(got, []int{1, maxJoinBatch, 72}) {
-		t.Errorf("batches of %v calls, want [1 %d 72]", got, maxJoinBatch)
+	if got := rec.batches(); !slices.Equal(got, []int{1, maxBatch, 72}) {
+		t.Errorf("batches of %v calls, want [1 %d 72]", got, maxBatch)
 	}
-	if ns, err := db.ListNodes(ctx); err != nil || len(ns) != queued+1 {
-		t.Errorf("ListNodes: %d nodes, %v; want %d", len(ns), err, queued+1)
+	if ns, err := db.ListNodes(ctx); err != nil || len(ns) != joins {
+		t.Errorf("ListNodes: %d nodes, %v; want %d", len(ns), err, joins)
+	}
+	if n, err := db.CountCerts(ctx, "node-0000", time.Time{}); err != nil || n != queued/2+1 {
+		t.Errorf("CountCerts(node-0000) = %d, %v; want %d", n, err, queued/2+1)
 	}
 }
 
-// A join that finds no transaction running runs at once, alone.
-func TestALoneJoinRunsAlone(t *testing.T) {
+// A join or a renewal that finds no transaction running runs at once,
+// alone.
+func TestALoneCallRunsAlone(t *testing.T) {
 	db := openTemp(t)
 	defer db.Close()
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -340,9 +353,12 @@ func TestALoneJoinRunsAlone(t *testing.T) {
 		if err := db.CompleteJoin(t.Context(), testJoin(nil, fmt.Sprintf("node-%d", i), fmt.Sprintf("s%d", i), now)); err != nil {
 			t.Fatal(err)
 		}
+		if err := db.RecordRenewal(t.Context(), testRenewal(fmt.Sprintf("node-%d", i), fmt.Sprintf("r%d", i), 1, now), nil); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if !slices.Equal(sizes, []int{1, 1, 1, 1, 1}) {
-		t.Errorf("batches of %v calls, want five of 1", sizes)
+	if !slices.Equal(sizes, []int{1, 1, 1, 1, 1, 1, 1, 1, 1, 1}) {
+		t.Errorf("batches of %v calls, want ten of 1", sizes)
 	}
 }
 

@@ -46,36 +46,64 @@ func insertCert(t *wtx, serial string, vals []any) error {
 // c.Generation. It returns ErrConflict otherwise, and when the serial
 // exists. The audit event, when not nil, is appended in the same
 // transaction, so it is written if and only if the renewal is.
+//
+// Concurrent RecordRenewal and CompleteJoin calls share transactions (see
+// batch.go): each returns once the transaction that holds its renewal has
+// committed, or with the error that kept its renewal out.
 func (d *DB) RecordRenewal(ctx context.Context, c store.Cert, audit *store.AuditEvent) error {
 	if c.Serial == "" || c.NodeID == "" {
 		return fmt.Errorf("record renewal %s of node %q: certificate has no serial or no node", c.Serial, c.NodeID)
 	}
 	var a args
-	vals := certArgs(&a, c)
-	gen, notAfter, issued := a.gen(c.Generation), a.time(c.NotAfter), a.time(c.IssuedAt)
-	auditVals := auditArgs(&a, audit)
+	call := &renewalCall{
+		c:         c,
+		gen:       a.gen(c.Generation),
+		notAfter:  a.time(c.NotAfter),
+		issued:    a.time(c.IssuedAt),
+		certVals:  certArgs(&a, c),
+		auditVals: auditArgs(&a, audit),
+	}
 	if a.err != nil {
 		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, a.err)
 	}
-	err := d.write(ctx, func(t *wtx) error {
-		res, err := t.exec(qRenewNode, c.Serial, notAfter, issued, c.NodeID, gen)
-		if err != nil {
-			return fmt.Errorf("update node: %w", err)
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return renewalConflict(t, c)
-		}
-		if err := insertCert(t, c.Serial, vals); err != nil {
-			return err
-		}
-		return insertAudit(t, auditVals)
-	})
-	if err != nil {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, err)
+	}
+	if err := d.batched(ctx, call); err != nil {
 		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, err)
 	}
 	return nil
+}
+
+// renewalCall is the op of one RecordRenewal call: its certificate with
+// the column values already converted.
+type renewalCall struct {
+	c                   store.Cert
+	gen                 int64
+	notAfter, issued    sql.NullInt64
+	certVals, auditVals []any
+}
+
+func (call *renewalCall) String() string {
+	return fmt.Sprintf("renewal %s of node %q", call.c.Serial, call.c.NodeID)
+}
+
+// write writes the renewal of call in t: everything RecordRenewal writes.
+func (call *renewalCall) write(t *wtx) error {
+	c := &call.c
+	res, err := t.exec(qRenewNode, c.Serial, call.notAfter, call.issued, c.NodeID, call.gen)
+	if err != nil {
+		return fmt.Errorf("update node: %w", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 0 {
+		return renewalConflict(t, *c)
+	}
+	if err := insertCert(t, c.Serial, call.certVals); err != nil {
+		return err
+	}
+	return insertAudit(t, call.auditVals)
 }
 
 // renewalConflict says why a renewal found no node of its generation.

@@ -33,11 +33,12 @@ type DB struct {
 	// reads and writes are the registered statements prepared on r and w,
 	// indexed by readQuery and writeQuery; nil in a DB made by open alone.
 	reads, writes []*sql.Stmt
-	// joins groups concurrent CompleteJoin calls into shared transactions.
-	joins joinQueue
-	// beforeCommit, when set (by tests only), runs in each CompleteJoin
-	// transaction just before its COMMIT, with the number of calls in the
-	// transaction's batch.
+	// queue groups concurrent CompleteJoin and RecordRenewal calls into
+	// shared transactions (batch.go).
+	queue commitQueue
+	// beforeCommit, when set (by tests only), runs in each batched
+	// transaction (of CompleteJoin and RecordRenewal calls) just before its
+	// COMMIT, with the number of calls in the transaction's batch.
 	beforeCommit func(tx *sql.Tx, calls int)
 }
 

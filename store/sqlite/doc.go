@@ -11,10 +11,11 @@
 //
 // Open prepares the store's statements once on each pool (and database/sql
 // once on each of its connections); Close closes them. Concurrent
-// CompleteJoin calls are committed together (group commit): the calls that
-// arrive while a join transaction runs share the next one, each join in its
-// own savepoint, so that many joins cost one fdatasync while each caller
-// still gets its own result, after the COMMIT. A lone call runs at once.
+// CompleteJoin and RecordRenewal calls are committed together (group
+// commit): the calls that arrive while such a transaction runs share the
+// next one, joins and renewals mixed, each call in its own savepoint, so
+// that many joins and renewals cost one fdatasync while each caller still
+// gets its own result, after the COMMIT. A lone call runs at once.
 //
 // The schema is versioned: Open applies the migrations this binary knows
 // and have not yet been applied, each in its own transaction, and refuses a

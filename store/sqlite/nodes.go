@@ -67,9 +67,9 @@ var (
 // unrevoked certificates with reason "reclaimed" at j.Now. The certificate
 // must name the node and its generation.
 //
-// Concurrent calls share transactions (see batch.go): each returns once
-// the transaction that holds its join has committed, or with the error
-// that kept its join out.
+// Concurrent CompleteJoin and RecordRenewal calls share transactions (see
+// batch.go): each returns once the transaction that holds its join has
+// committed, or with the error that kept its join out.
 func (d *DB) CompleteJoin(ctx context.Context, j store.Join) error {
 	n, c := j.Node, j.Cert
 	switch {
@@ -87,7 +87,6 @@ func (d *DB) CompleteJoin(ctx context.Context, j store.Join) error {
 	}
 	var a args
 	call := &joinCall{
-		ctx:       ctx,
 		j:         j,
 		now:       a.time(j.Now),
 		nodeVals:  nodeArgs(&a, n),
@@ -100,14 +99,24 @@ func (d *DB) CompleteJoin(ctx context.Context, j store.Join) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("complete join for node %q: %w", n.ID, err)
 	}
-	if err := d.joinBatched(call); err != nil {
+	if err := d.batched(ctx, call); err != nil {
 		return fmt.Errorf("complete join for node %q: %w", n.ID, err)
 	}
 	return nil
 }
 
-// writeJoin writes the join of call in t: everything CompleteJoin writes.
-func writeJoin(t *wtx, call *joinCall) error {
+// joinCall is the op of one CompleteJoin call: its join with the column
+// values already converted.
+type joinCall struct {
+	j                             store.Join
+	now                           sql.NullInt64
+	nodeVals, certVals, auditVals []any
+}
+
+func (call *joinCall) String() string { return fmt.Sprintf("join of node %q", call.j.Node.ID) }
+
+// write writes the join of call in t: everything CompleteJoin writes.
+func (call *joinCall) write(t *wtx) error {
 	j := &call.j
 	if j.PendingID != "" {
 		if err := takePending(t, j.PendingID, j.Node.ID, j.TokenHash); err != nil {

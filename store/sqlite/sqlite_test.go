@@ -535,6 +535,74 @@ func benchSetup(b *testing.B) (*DB, []store.Join) {
 	return db, joins
 }
 
+// BenchmarkRecordRenewal measures the store's part of a renewal as the
+// server makes it (no audit event): update the node, record the
+// certificate, in one transaction committed with synchronous=FULL.
+func BenchmarkRecordRenewal(b *testing.B) {
+	b.Run("serial", func(b *testing.B) {
+		db, certs := renewalBenchSetup(b)
+		b.ResetTimer()
+		for i := range b.N {
+			if err := db.RecordRenewal(context.Background(), certs[i], nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		db, certs := renewalBenchSetup(b)
+		var next, commits atomic.Int64
+		db.beforeCommit = func(*sql.Tx, int) { commits.Add(1) }
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := db.RecordRenewal(context.Background(), certs[next.Add(1)-1], nil); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		b.ReportMetric(float64(b.N)/float64(max(commits.Load(), 1)), "renewals/commit")
+	})
+}
+
+// renewalBenchNodes is the number of joined nodes the renewals of
+// BenchmarkRecordRenewal are spread over.
+const renewalBenchNodes = 1024
+
+// renewalBenchSetup opens a store holding renewalBenchNodes joined nodes
+// and returns b.N renewals of them, each with its own serial.
+func renewalBenchSetup(b *testing.B) (*DB, []store.Cert) {
+	b.Helper()
+	db := openTemp(b)
+	b.Cleanup(func() { db.Close() })
+	now := time.Now()
+	// One transaction for all the joins, so setup stays quick.
+	err := db.write(context.Background(), func(t *wtx) error {
+		for i := range renewalBenchNodes {
+			j := testJoin(nil, fmt.Sprintf("node-%08d", i), fmt.Sprintf("j%015x", i), now)
+			var a args
+			c := &joinCall{j: j, now: a.time(j.Now), nodeVals: nodeArgs(&a, j.Node), certVals: certArgs(&a, j.Cert)}
+			if a.err != nil {
+				return a.err
+			}
+			if err := c.write(t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	certs := make([]store.Cert, b.N)
+	for i := range b.N {
+		issued := now.Add(time.Duration(i+1) * time.Millisecond)
+		certs[i] = store.Cert{Serial: fmt.Sprintf("r%015x", i), NodeID: fmt.Sprintf("node-%08d", i%renewalBenchNodes),
+			Generation: 1, Kind: "renew", IssuedAt: issued, NotAfter: issued.Add(24 * time.Hour)}
+	}
+	return db, certs
+}
+
 func jsonList(t *testing.T, l []string) string {
 	t.Helper()
 	if l == nil {

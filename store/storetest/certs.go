@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -71,6 +72,17 @@ var certCases = []testCase{
 			t.Fatalf("RecordRenewal without an event: %v", err)
 		}
 		wantAudit(t, "audit trail after the refused renewals and one without an event", s, ev)
+	}},
+	{"a renewal with a cancelled context fails and writes nothing", func(t *testing.T, s store.Store) {
+		j := newJoin("", "node-1", "s1", at(0))
+		mustJoin(t, s, j)
+		c := newCert("s2", "node-1", 1, "renew", at(time.Hour))
+		err := s.RecordRenewal(cancelled(t), c, newAudit("renew", "node-1", c.IssuedAt))
+		wantErr(t, "renewal with a cancelled context", err, context.Canceled)
+		_, err = s.GetCert(t.Context(), "s2")
+		wantErr(t, "certificate of the cancelled renewal", err, store.ErrNotFound)
+		wantEqual(t, "node after the cancelled renewal", normNode, mustGetNode(t, s, "node-1"), j.Node)
+		wantAudit(t, "audit trail after the cancelled renewal", s)
 	}},
 	{"an unknown certificate is not found", func(t *testing.T, s store.Store) {
 		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
