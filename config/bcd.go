@@ -40,6 +40,16 @@ type BCD struct {
 
 	Renewal Renewal `toml:"renewal"`
 
+	// Helper, when its user is set, puts the TPM behind bcd helper: the
+	// unprivileged bcd node never opens the TPM device.
+	Helper Helper `toml:"helper"`
+
+	// LocalAPI, Federation and Leases configure the signed-call side of
+	// bcd node (docs/local-api.md).
+	LocalAPI   LocalAPI   `toml:"local_api"`
+	Federation Federation `toml:"federation"`
+	Leases     Leases     `toml:"leases"`
+
 	// Parsed pins, filled by Validate.
 	Pins Pins `toml:"-"`
 
@@ -56,6 +66,118 @@ type Renewal struct {
 	BackoffMin Duration `toml:"backoff_min"`
 	BackoffMax Duration `toml:"backoff_max"`
 }
+
+// LocalAPI is bcd node's local API, which the command line and the
+// instances of this machine call.
+type LocalAPI struct {
+	// Socket is the path of the unix socket (mode 0600, in a directory of
+	// mode 0700); default: <data_dir>/run/bcd.sock.
+	Socket string `toml:"socket"`
+	// Namespace is the namespace calls are signed for, here and by the
+	// other machines of a federation; default: the trust domain of the
+	// node certificate.
+	Namespace string `toml:"namespace"`
+}
+
+// Federation is where bcd node takes the calls of the daemons of other
+// machines, and where it finds them.
+type Federation struct {
+	// Listen is host:port of the federation listener (TCP with TLS, the
+	// node certificate as server certificate); empty: the daemon takes no
+	// call of another machine.
+	Listen string `toml:"listen"`
+	// Peers maps node ids to the federation addresses of their daemons,
+	// for calls to them; an active launch may name more.
+	Peers map[string]string `toml:"peers"`
+}
+
+// Leases are the resources bcd node leases to its clients.
+type Leases struct {
+	// Resources are the names of the resources; default: gpu0, gpu1, …
+	// for each NVIDIA GPU the machine reports.
+	Resources []string `toml:"resources"`
+}
+
+// The directories bcd node keeps in data_dir besides the identity.
+const (
+	// RunDirName holds the socket and each running instance's key file
+	// and runtime configuration (mode 0700).
+	RunDirName = "run"
+	// CredentialsDirName holds command_line.key (mode 0700).
+	CredentialsDirName = "credentials"
+	// SocketName is the socket's name in the run directory.
+	SocketName = "bcd.sock"
+)
+
+// RunDir is <data_dir>/run.
+func (c *BCD) RunDir() string { return filepath.Join(c.dataDir(), RunDirName) }
+
+// CredentialsDir is <data_dir>/credentials.
+func (c *BCD) CredentialsDir() string { return filepath.Join(c.dataDir(), CredentialsDirName) }
+
+// SocketPath is [local_api] socket, or <data_dir>/run/bcd.sock.
+func (c *BCD) SocketPath() string {
+	if c.LocalAPI.Socket != "" {
+		return c.LocalAPI.Socket
+	}
+	return filepath.Join(c.RunDir(), SocketName)
+}
+
+func (c *BCD) dataDir() string {
+	if c.DataDir == "" {
+		return DefaultBCDDataDir
+	}
+	return c.DataDir
+}
+
+// validateCalls checks [local_api], [federation] and [leases].
+func (c *BCD) validateCalls() error {
+	if ns := c.LocalAPI.Namespace; ns != "" {
+		for i := 0; i < len(ns); i++ {
+			ch := ns[i]
+			alnum := ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9'
+			if !alnum && (i == 0 || ch != '.' && ch != '_' && ch != '-') || len(ns) > 255 {
+				return fmt.Errorf("local_api.namespace: %q: want 1 to 255 letters, digits, '.', '_' or '-', a letter or digit first", ns)
+			}
+		}
+	}
+	if l := c.Federation.Listen; l != "" {
+		if _, _, err := net.SplitHostPort(l); err != nil {
+			return fmt.Errorf("federation.listen: want host:port: %w", err)
+		}
+	}
+	for node, addr := range c.Federation.Peers {
+		if err := pki.ValidNodeID(node); err != nil {
+			return fmt.Errorf("federation.peers: %w", err)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return fmt.Errorf("federation.peers.%s: want host:port: %w", node, err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range c.Leases.Resources {
+		if r == "" || len(r) > 63 || seen[r] {
+			return fmt.Errorf("leases.resources: %q is empty, longer than 63 bytes or listed twice", r)
+		}
+		seen[r] = true
+	}
+	return nil
+}
+
+// Helper configures bcd helper, the root process that owns the TPM.
+type Helper struct {
+	// User is the unprivileged user bcd node runs as; only it (and root)
+	// may call the helper. Empty: no helper, bcd opens the TPM itself.
+	User string `toml:"user"`
+	// Socket is the helper's unix socket (default /run/bcd/helper.sock).
+	Socket string `toml:"socket"`
+	// HostconfigDir is root's folder for the verified join response
+	// (default /var/lib/bcd-hostconfig).
+	HostconfigDir string `toml:"hostconfig_dir"`
+}
+
+// Enabled reports whether the [helper] section names a user.
+func (h Helper) Enabled() bool { return h.User != "" }
 
 // Pins are the three trust anchors a node starts from.
 type Pins struct {
@@ -76,6 +198,12 @@ func LoadBCD(path string) (*BCD, error) {
 	}
 	if c.TPM == "" {
 		c.TPM = "auto"
+	}
+	if c.Helper.Socket == "" {
+		c.Helper.Socket = "/run/bcd/helper.sock"
+	}
+	if c.Helper.HostconfigDir == "" {
+		c.Helper.HostconfigDir = "/var/lib/bcd-hostconfig"
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
@@ -100,6 +228,9 @@ func (c *BCD) Validate() error {
 	}
 	if c.Renewal.BackoffMin.Duration < 0 || c.Renewal.BackoffMax.Duration < c.Renewal.BackoffMin.Duration && c.Renewal.BackoffMax.Duration != 0 {
 		return errors.New("renewal.backoff_min and backoff_max: want 0 <= backoff_min <= backoff_max")
+	}
+	if err := c.validateCalls(); err != nil {
+		return err
 	}
 	var err error
 	if c.Pins, err = ParsePins(

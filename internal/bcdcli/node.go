@@ -1,6 +1,7 @@
 package bcdcli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -42,13 +43,11 @@ it; join again with bcd join --reset --yes, then bcd join.`,
 				return err
 			}
 			log := cli.NewLogger(cmd.ErrOrStderr(), logLevel)
-			t, err := agent.OpenTPM(cfg.TPM, false)
+			t, closeTPM, err := agent.OpenTPM(cfg.TPM, helperSocket(cfg), false)
 			if err != nil {
 				return err
 			}
-			if t != nil {
-				defer t.Close()
-			}
+			defer closeTPM()
 			j, err := journal.Open(cfg.DataDir, time.Now)
 			if err != nil {
 				return fmt.Errorf("open the journal: %w", err)
@@ -78,7 +77,8 @@ it; join again with bcd join --reset --yes, then bcd join.`,
 					}
 				}
 			}
-			err = agent.RunNode(cmd.Context(), nc)
+			// The local API and federation listener run alongside the agent.
+			err = runWithLocalAPI(cmd.Context(), cfg, t, log, func(ctx context.Context) error { return agent.RunNode(ctx, nc) })
 			if errors.Is(err, agent.ErrRevoked) {
 				fmt.Fprintln(cmd.ErrOrStderr(), revokedLine)
 				return &cli.ExitError{Code: cli.ExitFailure}

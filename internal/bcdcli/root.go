@@ -25,7 +25,7 @@ func Command(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(joinCommand(), nodeCommand(), statusCommand(), doctorCommand())
+	root.AddCommand(joinCommand(), nodeCommand(), helperCommand(), statusCommand(), doctorCommand(), runCommand(), callCommand(), launchCommand())
 	return root
 }
 
