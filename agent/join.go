@@ -24,6 +24,7 @@ import (
 	"github.com/nodetrust/nodetrust/identity"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tpm"
+	"github.com/nodetrust/nodetrust/tpmhelper"
 )
 
 // ErrJoinRefused is the control plane's refusal of a join; the reason is
@@ -54,7 +55,7 @@ type JoinConfig struct {
 	Attestor string
 	// TPM is the host's TPM: node keys are made in it when set, and the
 	// tpm attestor needs it.
-	TPM *tpm.TPM
+	TPM tpmhelper.TPM
 	// EventLog is the boot's measurement log the tpm attestor sends with
 	// its quote (the host's /sys/kernel/security/tpm0/binary_bios_measurements);
 	// nil for a TPM without one.
@@ -69,6 +70,10 @@ type JoinConfig struct {
 	BackoffMin  time.Duration
 	BackoffMax  time.Duration
 	Now         func() time.Time
+	// Record, when set, is given the verified answer before the identity
+	// is stored; an error fails the join and leaves no identity. Under
+	// [helper], root keeps it as the host's join record.
+	Record func(*joinv1.SignedJoinResult) error
 	// Waiting, when set, is told each time the join waits for an owner's
 	// approval, so the user sees why nothing happens.
 	Waiting func(message string, next time.Duration)
@@ -237,6 +242,12 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 		}
 		if akPEM, err = tpm.MarshalKeyRecord(tj.ak.Record()); err != nil {
 			return nil, err
+		}
+	}
+	// Step 5: root's record.
+	if c.Record != nil {
+		if err := c.Record(signed); err != nil {
+			return nil, fmt.Errorf("record the join response: %w", err)
 		}
 	}
 	// Step 6: persist.

@@ -10,13 +10,15 @@ import (
 	"github.com/nodetrust/nodetrust/identity"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tpm"
+	"github.com/nodetrust/nodetrust/tpmhelper"
 )
 
 // Keys makes and loads node keys: in the TPM when there is one, else as
 // PKCS#8 files. The same signatures come out either way.
 type Keys struct {
-	// TPM is the host's TPM, or nil for file keys.
-	TPM *tpm.TPM
+	// TPM is the host's TPM (directly, or through bcd helper), or nil for
+	// file keys.
+	TPM tpmhelper.TPM
 }
 
 // New makes a node key and returns it with the bytes node.key holds for
@@ -76,17 +78,26 @@ func (k Keys) Loader(ctx context.Context) identity.KeyLoader {
 }
 
 // OpenTPM opens the TPM named by a config's tpm setting ("auto", "off", a
-// device path or tcp://host:port). No TPM is (nil, nil) unless required.
-func OpenTPM(spec string, required bool) (*tpm.TPM, error) {
-	t, err := tpm.Open(spec)
+// device path or tcp://host:port) or, when helperSocket is set, connects
+// to bcd helper instead (the unprivileged node never opens the device).
+// No TPM is (nil, nil, nil) unless required. close releases it.
+func OpenTPM(spec, helperSocket string, required bool) (t tpmhelper.TPM, close func(), err error) {
+	if helperSocket != "" {
+		c, err := tpmhelper.Dial(helperSocket)
+		if err != nil {
+			return nil, nil, fmt.Errorf("connect to bcd helper at %s (is bcd-helper.service running?): %w", helperSocket, err)
+		}
+		return c, func() { c.Close() }, nil
+	}
+	d, err := tpm.Open(spec)
 	if errors.Is(err, tpm.ErrNoTPM) {
 		if required {
-			return nil, fmt.Errorf("this needs a TPM, and tpm = %q found none: set tpm in config.toml (a device path or tcp://host:port)", spec)
+			return nil, nil, fmt.Errorf("this needs a TPM, and tpm = %q found none: set tpm in config.toml (a device path or tcp://host:port)", spec)
 		}
-		return nil, nil
+		return nil, func() {}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("open the TPM (%s): %w", spec, err)
+		return nil, nil, fmt.Errorf("open the TPM (%s): %w", spec, err)
 	}
-	return t, nil
+	return tpmhelper.Direct(d), func() { d.Close() }, nil
 }

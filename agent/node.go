@@ -24,6 +24,7 @@ import (
 	"github.com/nodetrust/nodetrust/identity"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tpm"
+	"github.com/nodetrust/nodetrust/tpmhelper"
 )
 
 // ErrRevoked means the control plane revoked this node's certificate. The
@@ -58,9 +59,16 @@ type NodeConfig struct {
 	Version    string
 	Logger     *slog.Logger
 	Journal    Journal
+	// State, when set, is the identity already loaded (and its key
+	// already in the TPM), which the agent takes over instead of loading
+	// it again; a TPM without a resource manager has few object slots.
+	State *identity.State
+	// OnRenew, when set, is told each new state after a renewal, so other
+	// users of the identity (the local API's federation listener) follow.
+	OnRenew func(*identity.State)
 	// TPM is the host's TPM, or nil. Next keys go into it, and a
 	// certificate that names a TPM AK renews only with that AK.
-	TPM *tpm.TPM
+	TPM tpmhelper.TPM
 
 	// RenewFraction of a leaf's lifetime passes before it is renewed
 	// (default 0.6).
@@ -122,9 +130,12 @@ type node struct {
 // It keeps one live session with the control plane and renews over it.
 func RunNode(ctx context.Context, c NodeConfig) error {
 	c.defaults()
-	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: Keys{TPM: c.TPM}.Loader(ctx)})
-	if err != nil {
-		return err
+	st := c.State
+	if st == nil {
+		var err error
+		if st, err = identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: Keys{TPM: c.TPM}.Loader(ctx)}); err != nil {
+			return err
+		}
 	}
 	n := &node{c: c, log: c.Logger.With("component", "agent", "node_id", st.Identity.NodeID), instance: randomID()}
 	n.setState(st)
@@ -346,7 +357,7 @@ func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the current certificate: %w", err)
 	}
-	var ak *tpm.AK
+	var ak tpmhelper.AttestationKey
 	if len(info.TPMAKName) > 0 {
 		// No downgrade: a certificate that names an AK renews only with
 		// a key that AK certifies, or not at all.
@@ -379,7 +390,7 @@ func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
 	}
 	req := &joinv1.RenewRequest{Csr: csr, Chain: st.Identity.Chain, ClientTimeUnixNano: t, Proof: proof}
 	if ak != nil {
-		tk, ok := key.(*tpm.Key)
+		tk, ok := key.(tpmhelper.NodeKey)
 		if !ok {
 			return nil, errors.New("the next key is not in the TPM")
 		}
@@ -393,7 +404,7 @@ func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
 }
 
 // loadAK loads the AK the certificate names and checks it is that AK.
-func (n *node) loadAK(ctx context.Context, name []byte) (*tpm.AK, error) {
+func (n *node) loadAK(ctx context.Context, name []byte) (tpmhelper.AttestationKey, error) {
 	rec := n.state().Identity.TPMAK
 	if n.c.TPM == nil {
 		return nil, errors.New("the certificate names a TPM AK, and no TPM is open: set tpm in config.toml; renewal fails until then")
@@ -464,6 +475,9 @@ func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.Sig
 	newState := &identity.State{Dir: st.Dir, Identity: next, Leaf: opened.Leaf, Chain: opened.Chain, Roots: opened.Roots, Key: r.key}
 	old := st.Key
 	n.setState(newState)
+	if n.c.OnRenew != nil {
+		n.c.OnRenew(newState)
+	}
 	n.mu.Lock()
 	n.prev = old
 	n.mu.Unlock()

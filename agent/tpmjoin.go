@@ -8,14 +8,15 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/tpm"
+	"github.com/nodetrust/nodetrust/tpmhelper"
 )
 
 // tpmJoin is the tpm attestor's side of a join: the EK, an AK made for
 // this identity, and the AK's certification of the node key.
 type tpmJoin struct {
-	t  *tpm.TPM
-	ek *tpm.EK
-	ak *tpm.AK
+	t  tpmhelper.TPM
+	ek *tpmhelper.EK
+	ak tpmhelper.AttestationKey
 	// eventLog is the boot's measurement log, or nil where the TPM has
 	// none (swtpm, the simulator).
 	eventLog []byte
@@ -24,7 +25,7 @@ type tpmJoin struct {
 // evidence reads the EK certificate and EK, makes the AK, and has it
 // certify the node key over sha256(csr).
 func (j *tpmJoin) evidence(ctx context.Context, key crypto.Signer, csrHash []byte) (*joinv1.TpmEvidence, error) {
-	nodeKey, ok := key.(*tpm.Key)
+	nodeKey, ok := key.(tpmhelper.NodeKey)
 	if !ok {
 		return nil, errors.New("the tpm attestor needs the node key in the TPM")
 	}

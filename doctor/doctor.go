@@ -298,3 +298,38 @@ func abs(d time.Duration) time.Duration {
 	}
 	return -d
 }
+
+// NameTPM is the name of the TPM check.
+const NameTPM = "tpm"
+
+// TPMFacts are what the TPM check judges.
+type TPMFacts struct {
+	// KeyWhere says where the node key is: "file <path>", "TPM (<spec>)"
+	// or "TPM through bcd helper (<socket>)"; empty when not joined.
+	KeyWhere string
+	// HelperUser is the [helper] user, empty without a helper.
+	HelperUser string
+	// HelperUserInTSS is true when that user is in the tss group, which
+	// lets it open the TPM device itself.
+	HelperUserInTSS bool
+}
+
+// CheckTPM fails while the [helper] user can open the TPM device (it is in
+// the tss group): then the helper protects nothing. It reports where the
+// node key is.
+func CheckTPM(f TPMFacts) Result {
+	r := Result{Name: NameTPM}
+	where := f.KeyWhere
+	if where == "" {
+		where = "no node key yet"
+	}
+	if f.HelperUser != "" && f.HelperUserInTSS {
+		r.Status = Fail
+		r.Message = "the [helper] user " + f.HelperUser + " is in the tss group, so bcd node could open the TPM itself and clear it; node key: " + where
+		r.Fix = "remove it from the group (gpasswd -d " + f.HelperUser + " tss), then restart bcd.service"
+		return r
+	}
+	r.Status = Pass
+	r.Message = "node key: " + where
+	return r
+}

@@ -335,3 +335,25 @@ func TestPrint(t *testing.T) {
 		t.Errorf("Print wrote %q, want %q", got, want)
 	}
 }
+
+func TestCheckTPM(t *testing.T) {
+	cases := []struct {
+		name string
+		f    TPMFacts
+		want Status
+		msg  string
+		fix  string
+	}{
+		{"a file key without a helper passes and says where the key is", TPMFacts{KeyWhere: "file /var/lib/bcd/node.key"}, Pass, "node key: file /var/lib/bcd/node.key", ""},
+		{"a helper user outside tss passes", TPMFacts{KeyWhere: "TPM through bcd helper (/run/bcd/helper.sock)", HelperUser: "bcd"}, Pass, "TPM through bcd helper", ""},
+		{"a helper user in tss fails with the way back", TPMFacts{KeyWhere: "TPM through bcd helper (/run/bcd/helper.sock)", HelperUser: "bcd", HelperUserInTSS: true}, Fail, "is in the tss group", "gpasswd -d bcd tss"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := CheckTPM(tc.f)
+			if r.Status != tc.want || !strings.Contains(r.Message, tc.msg) || !strings.Contains(r.Fix, tc.fix) || (tc.fix == "" && r.Fix != "") {
+				t.Errorf("CheckTPM = %+v", r)
+			}
+		})
+	}
+}

@@ -77,26 +77,30 @@ func (f *connFlags) resolve() (*config.BCD, error) {
 	return cfg, nil
 }
 
-// cfgTPM is the TPM setting for commands that only read the identity.
-func cfgTPM(f connFlags) string {
-	if cfg, err := f.resolve(); err == nil {
-		return cfg.TPM
-	}
-	if f.tpm != "" {
-		return f.tpm
-	}
-	return "auto"
-}
-
 // loadState loads the identity with this host's key loader: a TPM-held
-// node key is derived in the TPM named by spec.
-func loadState(ctx context.Context, dir, spec string) (*identity.State, error) {
-	t, err := agent.OpenTPM(spec, false)
+// node key is derived in the TPM named by the flags' configuration (or
+// through bcd helper under [helper]).
+func loadState(ctx context.Context, dir string, f connFlags) (*identity.State, error) {
+	spec, socket := "auto", ""
+	if cfg, err := f.resolve(); err == nil {
+		spec, socket = cfg.TPM, helperSocket(cfg)
+	} else if f.tpm != "" {
+		spec = f.tpm
+	}
+	t, closeTPM, err := agent.OpenTPM(spec, socket, false)
 	if err != nil {
 		return nil, err
 	}
-	if t != nil {
-		defer t.Close()
-	}
+	defer closeTPM()
 	return identity.LoadState(dir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: t}.Loader(ctx)})
+}
+
+// helperSocket is bcd helper's socket when the [helper] section is set,
+// else "". Under [helper] even root goes through the helper, which owns
+// the TPM (a TPM without a resource manager serves one connection).
+func helperSocket(cfg *config.BCD) string {
+	if !cfg.Helper.Enabled() {
+		return ""
+	}
+	return cfg.Helper.Socket
 }

@@ -11,9 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/nodetrust/nodetrust/agent"
+	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/hwclaims"
 	"github.com/nodetrust/nodetrust/identity"
+	"github.com/nodetrust/nodetrust/internal/atomicfile"
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/version"
 	"github.com/nodetrust/nodetrust/journal"
@@ -106,13 +110,11 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 			return err
 		}
 	}
-	t, err := agent.OpenTPM(cfg.TPM, f.attestor == "tpm")
+	t, closeTPM, err := agent.OpenTPM(cfg.TPM, helperSocket(cfg), f.attestor == "tpm")
 	if err != nil {
 		return err
 	}
-	if t != nil {
-		defer t.Close()
-	}
+	defer closeTPM()
 	jc.TPM, jc.Attestor = t, f.attestor
 	if t != nil && f.attestor == "tpm" && !strings.HasPrefix(cfg.TPM, "tcp://") {
 		if jc.EventLog, err = readEventLog(eventLogPath); err != nil {
@@ -127,6 +129,12 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 		fmt.Fprintf(cmd.ErrOrStderr(), "bcd: waiting for the control plane's approval (%s); asking again in %s\n", msg, next)
 	}
 
+	underHelper := cfg.Helper.Enabled() && cli.IsRoot()
+	if underHelper {
+		jc.Record = func(signed *joinv1.SignedJoinResult) error {
+			return writeJoinRecord(cfg.Helper.HostconfigDir, signed)
+		}
+	}
 	res, err := agent.Join(cmd.Context(), jc)
 	if err != nil {
 		return err
@@ -137,6 +145,11 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 		verb = "already joined as"
 	} else {
 		appendJournal(cmd, jc.DataDir, journal.KindJoined, id.NodeID, fmt.Sprintf("serial %x generation %d", res.State.Leaf.SerialNumber, id.Generation))
+	}
+	if underHelper && !res.Already {
+		if err := handOver(jc.DataDir, cfg.Helper.User); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %s (site %s, role %s); certificate valid until %s\n",
 		verb, id.NodeID, siteOrDash(id.Site), id.Role, res.State.Leaf.NotAfter.UTC().Format(time.RFC3339))
@@ -239,4 +252,39 @@ func readEventLog(path string) ([]byte, error) {
 		return nil, fmt.Errorf("read the boot event log %s (run bcd join as root): %w", path, err)
 	}
 	return b, nil
+}
+
+// joinRecordFile is root's copy of the verified join response, which bcd
+// helper reads the node id from.
+const joinRecordFile = "join-response.pb"
+
+// writeJoinRecord writes the verified, signed join response to dir
+// (0700) as join-response.pb (0600), before the identity is stored.
+func writeJoinRecord(dir string, signed *joinv1.SignedJoinResult) error {
+	b, err := proto.Marshal(signed)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, joinRecordFile), b, 0o600)
+}
+
+// handOver gives the identity's files to the [helper] user so the
+// unprivileged bcd node can read them. Lchown: a name swapped for a
+// symlink changes only the link, never what it points at.
+func handOver(dir, userName string) error {
+	uid, gid, err := lookupUser(userName)
+	if err != nil {
+		return err
+	}
+	names := []string{"", identity.FileIdentity, identity.FileKey, identity.FileJournal, identity.FileJournal + "-wal", identity.FileJournal + "-shm"}
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if err := os.Lchown(p, int(uid), int(gid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("hand %s to the [helper] user %s: %w", p, userName, err)
+		}
+	}
+	return nil
 }

@@ -36,7 +36,7 @@ func statusCommand() *cobra.Command {
 			} else if dir == "" {
 				return err
 			}
-			st, err := loadState(cmd.Context(), dir, cfgTPM(conn))
+			st, err := loadState(cmd.Context(), dir, conn)
 			if err != nil {
 				return err
 			}

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	binDir = dir
+	// Tests that run bcd as another user (bcd node under [helper]) need to
+	// reach the binaries.
+	_ = os.Chmod(binDir, 0o755)
 	args := []string{"build", "-o", binDir + "/"}
 	if os.Getenv("NODETRUST_TEST_RACE") != "" {
 		// Binaries with the race detector: a data race makes them exit 66.

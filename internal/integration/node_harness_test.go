@@ -98,10 +98,21 @@ func startProc(t *testing.T, stdin io.Reader, env []string, args ...string) *age
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	cmd.Stdout = pw
-	a := &agentProc{cmd: cmd, log: &syncBuffer{}, lines: make(chan string, 1024), exited: make(chan struct{})}
+	a := newAgentProc(cmd)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	a.collect(t, pr, pw)
+	return a
+}
+
+func newAgentProc(cmd *exec.Cmd) *agentProc {
+	return &agentProc{cmd: cmd, log: &syncBuffer{}, lines: make(chan string, 1024), exited: make(chan struct{})}
+}
+
+// collect reads the started process's output and stops it when the test
+// ends.
+func (a *agentProc) collect(t *testing.T, pr *io.PipeReader, pw *io.PipeWriter) {
 	go func() {
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
@@ -113,17 +124,18 @@ func startProc(t *testing.T, stdin io.Reader, env []string, args ...string) *age
 		}
 		close(a.lines)
 	}()
-	go func() { a.err = cmd.Wait(); pw.Close(); close(a.exited) }()
+	go func() { a.err = a.cmd.Wait(); pw.Close(); close(a.exited) }()
 	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = a.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-a.exited:
 		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
+			_ = a.cmd.Process.Kill()
 		}
 	})
-	return a
 }
+
+func regexpMust(s string) *regexp.Regexp { return regexp.MustCompile(s) }
 
 // waitFor reads the agent's output until a line matches re, and returns
 // the submatches; it fails the test if the agent exits first or after

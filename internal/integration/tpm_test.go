@@ -20,6 +20,7 @@ import (
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tpm"
 	"github.com/nodetrust/nodetrust/tpm/tpmtest"
+	"github.com/nodetrust/nodetrust/tpmhelper"
 )
 
 // ekRootsConfig writes the swtpm local CA's certificates and returns the
@@ -132,7 +133,7 @@ func loadWithTPM(t *testing.T, sw *tpmtest.Swtpm, dataDir string) (*identity.Sta
 		t.Fatal(err)
 	}
 	defer tp.Close()
-	st, err := identity.LoadState(dataDir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: tp}.Loader(context.Background())})
+	st, err := identity.LoadState(dataDir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: tpmhelper.Direct(tp)}.Loader(context.Background())})
 	if st != nil {
 		if c, ok := st.Key.(interface{ Close() error }); ok {
 			c.Close()
