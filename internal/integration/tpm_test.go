@@ -295,3 +295,35 @@ func TestTPMChallengeAnswersCannotBeReplayedAndRoundsEndAtThree(t *testing.T) {
 		t.Errorf("the server did not log the last failed round:\n%s", cp.log)
 	}
 }
+
+func TestAFileKeyNodeMovesIntoTheTPMAtItsNextRenewal(t *testing.T) {
+	sw := tpmtest.StartSwtpm(t)
+	cp := startControlPlane(t, "node_cert_lifetime = \"4s\"\n")
+	m := newMachine(t, cp, "", "tpm = \"off\"\n")
+	m.join(t, cp)
+	if b, _ := os.ReadFile(filepath.Join(m.dataDir, "node.key")); !strings.Contains(string(b), "PRIVATE KEY") {
+		t.Fatalf("with tpm = off the node key is not a file:\n%s", b)
+	}
+	// The machine gets a TPM.
+	cfg, err := os.ReadFile(m.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.cfg, []byte(strings.Replace(string(cfg), `tpm = "off"`, `tpm = "`+sw.Spec()+`"`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startAgent(t, m)
+	a.waitFor(t, renewedRE, 60*time.Second)
+	_ = a.cmd.Process.Signal(os.Interrupt)
+	a.wait(t, 30*time.Second)
+	st, err := loadWithTPM(t, sw, m.dataDir)
+	if err != nil {
+		t.Fatalf("after the move: %v", err)
+	}
+	if st.Identity.KeyKind != identity.KeyKindTPM {
+		t.Errorf("key kind after the renewal: %s, want tpm", st.Identity.KeyKind)
+	}
+	if b, _ := os.ReadFile(filepath.Join(m.dataDir, "node.key")); !strings.Contains(string(b), "NODETRUST TPM KEY") {
+		t.Errorf("node.key after the renewal holds no TPM record:\n%s", b)
+	}
+}
