@@ -58,14 +58,24 @@ func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	reqID := newRequestID()
 	resp, err := j.join(ctx, req)
 	if err == nil {
+		outcome := "signed"
+		switch resp.Result.(type) {
+		case *joinv1.JoinResponse_Challenge:
+			outcome = "challenge"
+		case *joinv1.JoinResponse_Pending:
+			outcome = "pending"
+		}
+		j.s.metrics.join(req.Attestor, outcome)
 		return resp, nil
 	}
 	var r *refusal
 	if !errors.As(err, &r) {
 		// An internal failure: the caller may retry.
+		j.s.metrics.join(req.Attestor, "failed")
 		j.s.log.ErrorContext(ctx, "join failed", keyRequestID, reqID, slog.Any("error", err))
 		return nil, status.Error(codes.Unavailable, "join could not be completed; retry later (request "+reqID+")")
 	}
+	j.s.metrics.join(req.Attestor, "refused")
 	j.s.log.WarnContext(ctx, "join refused", keyRequestID, reqID, keyReason, r.reason,
 		keyTokenID, r.tokenID, keyHostname, capClaim(req.GetClaims().GetHostname()),
 		keyPeer, peerAddr(ctx))

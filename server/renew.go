@@ -62,8 +62,19 @@ func (j *joinService) Renew(ctx context.Context, req *joinv1.RenewRequest) (*joi
 }
 
 // renew checks a renewal from an authenticated caller and issues the next
-// certificate (seed 000, "Renewal"; DESIGN.md section 3).
+// certificate (seed 000, "Renewal"; DESIGN.md section 3), and counts the
+// outcome.
 func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, *renewError) {
+	signed, rerr := s.renewOnce(ctx, caller, req)
+	code := codes.OK
+	if rerr != nil {
+		code = rerr.code
+	}
+	s.metrics.renewal(code)
+	return signed, rerr
+}
+
+func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, *renewError) {
 	now := s.cfg.Now()
 	if len(req.Chain) == 0 || len(req.Chain) > 8 {
 		return nil, renewRefused(codes.InvalidArgument, "renewal needs the current chain, leaf first")

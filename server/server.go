@@ -70,6 +70,7 @@ type Config struct {
 // Server holds the control plane's services.
 type Server struct {
 	cfg        Config
+	metrics    *metrics
 	sessions   *sessions
 	challenges challenges
 	log        *slog.Logger
@@ -122,7 +123,9 @@ func New(cfg Config) (*Server, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(cfg.Authority.ServingCA)
 	pool.AddCert(cfg.Authority.NodeCA)
-	return &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions()}, nil
+	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions()}
+	s.metrics = newMetrics(s)
+	return s, nil
 }
 
 // TLSConfig is the serving TLS configuration: the serving certificate, and

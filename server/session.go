@@ -272,6 +272,14 @@ func (s *Server) revokeNode(ctx context.Context, nodeID, reason string, del bool
 		return 0, nil, false, err
 	}
 	notified = s.sessions.notify(nodeID, &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen})
+	cause := "revoke"
+	switch {
+	case del:
+		cause = "delete"
+	case actorOf(ctx) == "fleetd":
+		cause = "clone"
+	}
+	s.metrics.revocation(cause)
 	s.log.InfoContext(ctx, "node revoked", keyNodeID, nodeID, keyReason, reason, "deleted", del, "certificates", len(serials), "session_notified", notified)
 	return gen, serials, notified, nil
 }

@@ -48,7 +48,7 @@ func WellKnownDocument(a *pki.Authority) ([]byte, error) {
 	return append(out, '\n'), nil
 }
 
-// HTTPHandler serves the well-known document.
+// HTTPHandler serves the well-known document and the metrics.
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+WellKnownPath, func(w http.ResponseWriter, r *http.Request) {
@@ -56,6 +56,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		w.Header().Set("Cache-Control", "max-age=300")
 		_, _ = w.Write(s.wellKnown)
 	})
+	mux.Handle("GET /metrics", s.metrics.handler())
 	return mux
 }
 

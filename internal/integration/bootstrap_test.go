@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tlspin"
@@ -71,6 +72,30 @@ func TestWellKnownDocumentOverHTTPS(t *testing.T) {
 	if fj, err := pki.ParseJWK(fileJWK); err != nil || !fj.Equal(jwk) {
 		t.Errorf("join-encryption.jwk differs from the served key (%v)", err)
 	}
+
+	t.Run("metrics count joins by outcome and the live sessions", func(t *testing.T) {
+		m := newMachine(t, cp, "", "")
+		m.join(t, cp)
+		other := newMachine(t, cp, "", "")
+		assertRefused(t, run(t, "ntjt_not-a-token", other.env(), "bcd", "join", "--config", other.cfg))
+		a := startAgent(t, m)
+		a.waitFor(t, sessionOpenRE, 30*time.Second)
+		resp, err := client.Get("https://" + httpAddr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		for _, want := range []string{
+			`nodetrust_join_requests_total{attestor="token",outcome="signed"} 1`,
+			`nodetrust_join_requests_total{attestor="token",outcome="refused"} 1`,
+			`nodetrust_live_sessions 1`,
+		} {
+			if !strings.Contains(string(body), want) {
+				t.Errorf("/metrics lacks %q:\n%s", want, body)
+			}
+		}
+	})
 }
 
 func TestJoinFromConfigFile(t *testing.T) {
