@@ -333,7 +333,7 @@ func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked str
 		old, err := st.GetNode(ctx, want)
 		switch {
 		case errors.Is(err, store.ErrNotFound):
-			return want, false, 1, nil
+			return j.newNode(ctx, want)
 		case err != nil:
 			return "", false, 0, fmt.Errorf("look up node %s: %w", want, err)
 		case tok.AllowReclaim && tok.NodeID == want:
@@ -344,11 +344,22 @@ func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked str
 	}
 	base := nodeIDFromHostname(claims.Hostname)
 	if _, err := st.GetNode(ctx, base); errors.Is(err, store.ErrNotFound) {
-		return base, false, 1, nil
+		return j.newNode(ctx, base)
 	} else if err != nil {
 		return "", false, 0, fmt.Errorf("look up node %s: %w", base, err)
 	}
-	return base + "-" + randomHex(3), false, 1, nil
+	return j.newNode(ctx, base+"-"+randomHex(3))
+}
+
+// newNode is chooseNode's answer for a new node id: its generation starts
+// above any the id had before, a deleted node's included, so that the old
+// certificates stay dead.
+func (j *joinService) newNode(ctx context.Context, id string) (string, bool, uint64, error) {
+	gen, err := j.s.cfg.Store.NextGeneration(ctx, id)
+	if err != nil {
+		return "", false, 0, fmt.Errorf("next generation of node %s: %w", id, err)
+	}
+	return id, false, gen, nil
 }
 
 func (s *Server) signResult(csrHash []byte, leaf *x509.Certificate, nodeID, role, site string, gen uint64) (*joinv1.SignedJoinResult, error) {

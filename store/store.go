@@ -124,6 +124,9 @@ type Join struct {
 	// Node is written as given. When Reclaim is false the node id must be
 	// new (ErrConflict otherwise); when true it replaces the stored node,
 	// whose live certificates are then revoked with reason "reclaimed".
+	// When a deletion left a tombstone for the id, Node.Generation must be
+	// above the tombstone's generation (ErrConflict otherwise): start a new
+	// node at NextGeneration.
 	Node    Node
 	Reclaim bool
 	Cert    Cert
@@ -183,9 +186,16 @@ type Store interface {
 	// The audit event, when not nil, is appended in the same transaction.
 	RevokeNode(ctx context.Context, id, reason string, now time.Time, audit *AuditEvent) (uint64, []string, error)
 	// DeleteNode revokes as RevokeNode does, then removes the node record;
-	// its certificate records stay, revoked. The audit event, when not nil,
-	// is appended in the same transaction.
+	// its certificate records stay, revoked. It leaves a tombstone with the
+	// node's last generation (the one it revoked at), so that NextGeneration
+	// and CompleteJoin keep a later node of the same id above it. The audit
+	// event, when not nil, is appended in the same transaction.
 	DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *AuditEvent) ([]string, error)
+	// NextGeneration returns the identity generation a new node with this
+	// id must start at: one more than the highest generation the id ever
+	// had (its live row, or the tombstone a deletion left), and 1 for an id
+	// never seen.
+	NextGeneration(ctx context.Context, id string) (uint64, error)
 
 	// CreatePending stores a join waiting for approval; ErrConflict if
 	// its ID exists.

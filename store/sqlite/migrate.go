@@ -115,6 +115,16 @@ CREATE INDEX pending_joins_created_at ON pending_joins (created_at);
 ALTER TABLE nodes ADD COLUMN ek_pin TEXT NOT NULL DEFAULT '';
 CREATE INDEX nodes_ek_pin ON nodes (ek_pin) WHERE ek_pin <> '';
 `,
+	// 4: what a deletion leaves of a node: its last generation, so that a
+	// later node of the same id starts above it and the deleted node's
+	// certificates stay dead.
+	`
+CREATE TABLE node_tombstones (
+	id         TEXT PRIMARY KEY,
+	generation INTEGER NOT NULL,
+	deleted_at INTEGER
+) STRICT;
+`,
 }
 
 const createMigrationsTable = `

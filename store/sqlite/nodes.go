@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -42,7 +43,16 @@ var (
 		WHERE id = ? RETURNING generation`)
 	qRevokeCerts = newWriteQuery(`UPDATE certs SET revoked_at = ?, revoked_reason = ?
 		WHERE node_id = ? AND revoked_at IS NULL RETURNING serial`)
-	qDeleteNode    = newWriteQuery(`DELETE FROM nodes WHERE id = ?`)
+	qDeleteNode   = newWriteQuery(`DELETE FROM nodes WHERE id = ?`)
+	qPutTombstone = newWriteQuery(`INSERT INTO node_tombstones (id, generation, deleted_at) VALUES (?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET generation = max(generation, excluded.generation),
+		deleted_at = excluded.deleted_at`)
+	qTombstoneGen = newWriteQuery(`SELECT generation FROM node_tombstones WHERE id = ?`)
+	// qLastGeneration is the highest generation id had: its live row's or
+	// its tombstone's; 0 for an id never seen.
+	qLastGeneration = newReadQuery(`SELECT max(
+		coalesce((SELECT generation FROM nodes WHERE id = ?1), 0),
+		coalesce((SELECT generation FROM node_tombstones WHERE id = ?1), 0))`)
 	qGetNode       = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n WHERE n.id = ?`)
 	qListNodes     = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n ORDER BY n.id`)
 	qNodeByEKPin   = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n WHERE n.ek_pin = ? AND n.ek_pin <> '' ORDER BY n.id LIMIT 1`)
@@ -61,8 +71,11 @@ var (
 // approved, or when it was made for another node id or another token hash
 // than the join's; when the token is unknown, used or expired at j.Now;
 // when j.Reclaim is false and the node id exists; or when the
-// certificate's serial exists. Whether an approved pending join has
-// expired is the caller's to check. A reclaim replaces the stored node if
+// certificate's serial exists; and when a deletion left a tombstone for
+// the node id and j.Node.Generation is not above the tombstone's
+// generation, so that no join brings back a generation whose certificates
+// a deletion killed (NextGeneration gives the generation to start at).
+// Whether an approved pending join has expired is the caller's to check. A reclaim replaces the stored node if
 // there is one (and writes it if there is none), revoking the old node's
 // unrevoked certificates with reason "reclaimed" at j.Now. The certificate
 // must name the node and its generation.
@@ -118,6 +131,9 @@ func (call *joinCall) String() string { return fmt.Sprintf("join of node %q", ca
 // write writes the join of call in t: everything CompleteJoin writes.
 func (call *joinCall) write(t *wtx) error {
 	j := &call.j
+	if err := checkTombstone(t, j.Node.ID, j.Node.Generation); err != nil {
+		return err
+	}
 	if j.PendingID != "" {
 		if err := takePending(t, j.PendingID, j.Node.ID, j.TokenHash); err != nil {
 			return err
@@ -150,6 +166,39 @@ func nodeArgs(a *args, n store.Node) []any {
 		n.Claims.ProductUUID, a.list(n.Claims.MACs), a.list(n.Claims.GPUUUIDs),
 		n.Claims.Hostname, n.Claims.BootID, n.DaemonVersion,
 		a.time(n.JoinedAt), a.time(n.LastSeen), n.CertSerial, a.time(n.CertNotAfter), n.EKPin}
+}
+
+// checkTombstone refuses, with ErrConflict, a node id a deletion left a
+// tombstone for at generation gen or above. A later join may leave the
+// tombstone in place: the generations of the id only rise.
+func checkTombstone(t *wtx, id string, gen uint64) error {
+	var dead int64
+	err := t.queryRow(qTombstoneGen, id).Scan(&dead)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read tombstone: %w", err)
+	}
+	if dead >= 0 && gen <= uint64(dead) {
+		return fmt.Errorf("node %q was deleted at generation %d, the join is at generation %d: %w",
+			id, dead, gen, store.ErrConflict)
+	}
+	return nil
+}
+
+// NextGeneration returns the generation a new node with this id must start
+// at: one more than the generation of its live row or of the tombstone its
+// deletion left, whichever is higher; 1 for an id never seen.
+func (d *DB) NextGeneration(ctx context.Context, id string) (uint64, error) {
+	var last int64
+	if err := d.queryRow(ctx, qLastGeneration, id).Scan(&last); err != nil {
+		return 0, fmt.Errorf("next generation of node %q: %w", id, err)
+	}
+	if last < 0 || last == math.MaxInt64 {
+		return 0, fmt.Errorf("next generation of node %q: generation %d leaves no next one", id, last)
+	}
+	return uint64(last) + 1, nil
 }
 
 // putNode inserts the node row, or with replace overwrites the one with the
@@ -311,7 +360,8 @@ func (d *DB) RevokeNode(ctx context.Context, id, reason string, now time.Time, a
 }
 
 // DeleteNode revokes as RevokeNode does, then removes the node record and
-// its claims; its certificate records stay, revoked. It returns the
+// its claims; its certificate records stay, revoked. It leaves (or raises)
+// the id's tombstone at the generation it revoked at. It returns the
 // revoked serials; ErrNotFound if there is no such node. The audit event,
 // when not nil, is appended in the same transaction.
 func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *store.AuditEvent) ([]string, error) {
@@ -323,8 +373,12 @@ func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, a
 	}
 	var serials []string
 	err := d.write(ctx, func(t *wtx) (err error) {
-		if _, serials, err = revoke(t, id, reason, at); err != nil {
+		var gen uint64
+		if gen, serials, err = revoke(t, id, reason, at); err != nil {
 			return err
+		}
+		if _, err := t.exec(qPutTombstone, id, int64(gen), at); err != nil {
+			return fmt.Errorf("write tombstone: %w", err)
 		}
 		if _, err := t.exec(qDeleteNode, id); err != nil {
 			return fmt.Errorf("delete: %w", err)

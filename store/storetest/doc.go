@@ -20,6 +20,10 @@
 //   - RecordRenewal of a node that does not exist is ErrConflict.
 //   - RevokeNode and DeleteNode of a node that does not exist are
 //     ErrNotFound; the revoked serials may come in any order.
+//   - DeleteNode's tombstone bars any join of the id, a reclaim included,
+//     at or below the generation it revoked at, with ErrConflict and
+//     writing nothing; NextGeneration counts a live node of the id that
+//     joined after the deletion as well as the tombstone.
 //   - CountCerts counts revoked certificates too; so does RenewalTimes,
 //     which leaves out certificates of any kind but "renew" (a reclaim's
 //     join certificate included). A zero since means from the beginning.
