@@ -23,8 +23,22 @@ type authedNode struct {
 	node store.Node
 	cert store.Cert
 	// issued is the last certificate this server issued to the caller on
-	// this connection; a renewal that presents it needs no chain check.
-	issued *x509.Certificate
+	// this connection, and what it says; a renewal that presents it needs
+	// no chain check.
+	issued     *x509.Certificate
+	issuedInfo pki.NodeCertInfo
+}
+
+// knownNode returns the caller as the owner of der when der is the
+// certificate this connection proved or was issued, else nil.
+func (a *authedNode) knownNode(der []byte) *authedNode {
+	switch {
+	case bytes.Equal(der, a.leaf.Raw):
+		return a
+	case a.issued != nil && bytes.Equal(der, a.issued.Raw):
+		return &authedNode{leaf: a.issued, info: a.issuedInfo, node: a.node}
+	}
+	return nil
 }
 
 // known returns the caller's TLS certificate or the one issued to it on

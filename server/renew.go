@@ -83,10 +83,17 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	if rerr != nil {
 		return nil, rerr
 	}
-	cur, err := s.checkNodeCert(ctx, leaf)
-	if err != nil {
-		st := status.Convert(err)
-		return nil, renewRefused(st.Code(), "%s", st.Message())
+	// A certificate this connection proved, or was issued, needs no store
+	// lookup: RecordRenewal refuses the renewal if the node's generation
+	// moved since (revoked, reclaimed or deleted; a deletion leaves a
+	// tombstone, so a re-created node never has this generation).
+	cur := caller.knownNode(req.Chain[0])
+	if cur == nil {
+		var err error
+		if cur, err = s.checkNodeCert(ctx, leaf); err != nil {
+			st := status.Convert(err)
+			return nil, renewRefused(st.Code(), "%s", st.Message())
+		}
 	}
 	if cur.node.ID != caller.node.ID {
 		return nil, renewRefused(codes.PermissionDenied, "the certificate renewed is node %s's, the caller is node %s", cur.node.ID, caller.node.ID)
@@ -157,7 +164,10 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	if err != nil {
 		return nil, renewRefused(codes.Unavailable, "renewal could not be signed; retry")
 	}
-	caller.issued = next
+	caller.issued, caller.issuedInfo = next, pki.NodeCertInfo{
+		NodeID: cur.node.ID, TrustDomain: cur.info.TrustDomain, SPIFFEID: cur.info.SPIFFEID,
+		Role: cur.info.Role, Site: cur.info.Site, TPMAKName: cur.info.TPMAKName,
+	}
 	s.log.InfoContext(ctx, "node renewed", keyNodeID, cur.node.ID, "serial", serial, "not_after", next.NotAfter.UTC().Format(time.RFC3339))
 	return signed, nil
 }
