@@ -87,7 +87,7 @@ func loadState(ctx context.Context, dir string, f connFlags) (*identity.State, e
 	} else if f.tpm != "" {
 		spec = f.tpm
 	}
-	t, closeTPM, err := agent.OpenTPM(spec, socket, false)
+	t, closeTPM, err := agent.OpenTPM(spec, socket, false, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,7 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 			return err
 		}
 	}
-	t, closeTPM, err := agent.OpenTPM(cfg.TPM, helperSocket(cfg), f.attestor == "tpm")
+	t, closeTPM, err := agent.OpenTPM(cfg.TPM, helperSocket(cfg), f.attestor == "tpm", func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "bcd: warning: "+msg) })
 	if err != nil {
 		return err
 	}

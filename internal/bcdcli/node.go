@@ -43,7 +43,7 @@ it; join again with bcd join --reset --yes, then bcd join.`,
 				return err
 			}
 			log := cli.NewLogger(cmd.ErrOrStderr(), logLevel)
-			t, closeTPM, err := agent.OpenTPM(cfg.TPM, helperSocket(cfg), false)
+			t, closeTPM, err := agent.OpenTPM(cfg.TPM, helperSocket(cfg), false, func(msg string) { log.Warn(msg) })
 			if err != nil {
 				return err
 			}
