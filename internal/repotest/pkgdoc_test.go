@@ -1,6 +1,7 @@
 package repotest
 
 import (
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -28,17 +29,14 @@ func TestEveryPackageHasADocComment(t *testing.T) {
 		if path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "bin" || name == "api") {
 			return filepath.SkipDir
 		}
-		fset := token.NewFileSet()
-		pkgs, err := parser.ParseDir(fset, path, func(fi fs.FileInfo) bool {
-			return !strings.HasSuffix(fi.Name(), "_test.go")
-		}, parser.ParseComments|parser.PackageClauseOnly)
+		pkgs, err := parsePackages(path)
 		if err != nil {
 			return err
 		}
 		for pkgName, pkg := range pkgs {
 			checked++
 			var docs []string
-			for fname, f := range pkg.Files {
+			for fname, f := range pkg {
 				if f.Doc != nil {
 					docs = append(docs, fname)
 				}
@@ -50,7 +48,7 @@ func TestEveryPackageHasADocComment(t *testing.T) {
 			case len(docs) > 1:
 				t.Errorf("package %s (%s) has doc comments in %d files (%s): keep one", pkgName, rel, len(docs), strings.Join(docs, ", "))
 			default:
-				f := pkg.Files[docs[0]]
+				f := pkg[docs[0]]
 				text := f.Doc.Text()
 				want := "Package " + pkgName
 				if pkgName == "main" {
@@ -79,4 +77,30 @@ func firstLine(s string) string {
 		return s[:i]
 	}
 	return s
+}
+
+// parsePackages parses the package clauses and doc comments of the
+// non-test Go files in dir, grouped by package name.
+func parsePackages(dir string) (map[string]map[string]*ast.File, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	fset := token.NewFileSet()
+	pkgs := map[string]map[string]*ast.File{}
+	for _, e := range entries {
+		n := e.Name()
+		if e.IsDir() || !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, n), nil, parser.ParseComments|parser.PackageClauseOnly)
+		if err != nil {
+			return nil, err
+		}
+		if pkgs[f.Name.Name] == nil {
+			pkgs[f.Name.Name] = map[string]*ast.File{}
+		}
+		pkgs[f.Name.Name][n] = f
+	}
+	return pkgs, nil
 }
