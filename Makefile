@@ -7,7 +7,7 @@ PROTO_DIR := api/proto
 PROTOS := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test deps proto proto-check lint fmt-check vet staticcheck unit integration
+.PHONY: all build demo test deps proto proto-check lint fmt-check vet staticcheck
 
 all: build
 

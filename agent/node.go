@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -92,7 +93,7 @@ func (c *NodeConfig) defaults() {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	if c.RenewFraction <= 0 || c.RenewFraction >= 1 {
-		c.RenewFraction = 0.6
+		c.RenewFraction = DefaultRenewFraction
 	}
 	if c.BackoffMin <= 0 {
 		c.BackoffMin = 30 * time.Second
@@ -194,9 +195,21 @@ func (n *node) clientCert(*tls.CertificateRequestInfo) (*tls.Certificate, error)
 
 // renewTime is RenewFraction into the current leaf's lifetime.
 func (n *node) renewTime() time.Time {
-	leaf := n.state().Leaf
+	return RenewTime(n.state().Leaf, n.c.RenewFraction)
+}
+
+// DefaultRenewFraction is the seed's renewFraction: a certificate is
+// renewed once 60% of its lifetime has passed.
+const DefaultRenewFraction = 0.6
+
+// RenewTime is when the agent renews leaf: fraction of its lifetime after
+// its NotBefore (DefaultRenewFraction when fraction is not in (0, 1)).
+func RenewTime(leaf *x509.Certificate, fraction float64) time.Time {
+	if fraction <= 0 || fraction >= 1 {
+		fraction = DefaultRenewFraction
+	}
 	life := leaf.NotAfter.Sub(leaf.NotBefore)
-	return leaf.NotBefore.Add(time.Duration(float64(life) * n.c.RenewFraction))
+	return leaf.NotBefore.Add(time.Duration(float64(life) * fraction))
 }
 
 // session runs one live session until it breaks.

@@ -115,7 +115,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 		s.revokeCloned(ctx, cur.node.ID, "renewal proof by a key other than the certified one")
 		return nil, renewRefused(codes.Unauthenticated, "renewal proof does not verify with the certified key; the certificate was revoked")
 	}
-	if pub, ok := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); ok && pub.Equal(csr.PublicKey) {
+	if samePublicKey(leaf.PublicKey, csr.PublicKey) {
 		return nil, renewRefused(codes.InvalidArgument, "the renewal must certify a new key")
 	}
 

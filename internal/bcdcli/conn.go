@@ -78,11 +78,11 @@ func (f *connFlags) resolve() (*config.BCD, error) {
 }
 
 // loadState loads the identity with this host's key loader: a TPM-held
-// node key is derived in the TPM named by the flags' configuration (or
-// through bcd helper under [helper]).
-func loadState(ctx context.Context, dir string, f connFlags) (*identity.State, error) {
+// node key is derived in the TPM cfg names (or through bcd helper under
+// [helper]); without a config, in the one --tpm names, else "auto".
+func loadState(ctx context.Context, dir string, cfg *config.BCD, f connFlags) (*identity.State, error) {
 	spec, socket := "auto", ""
-	if cfg, err := f.resolve(); err == nil {
+	if cfg != nil {
 		spec, socket = cfg.TPM, helperSocket(cfg)
 	} else if f.tpm != "" {
 		spec = f.tpm

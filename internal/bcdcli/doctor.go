@@ -40,7 +40,7 @@ failure what to do. Exit status: 0 when all pass, 3 for a warning, 1 for a failu
 				dataDir = cfg.DataDir
 			}
 			if dataDir != "" {
-				st, err := loadState(cmd.Context(), dataDir, conn)
+				st, err := loadState(cmd.Context(), dataDir, cfg, conn)
 				var leaf *x509.Certificate
 				if err == nil {
 					leaf = st.Leaf

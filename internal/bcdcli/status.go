@@ -8,13 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodetrust/nodetrust/agent"
 	"github.com/nodetrust/nodetrust/identity"
 	"github.com/nodetrust/nodetrust/journal"
 )
-
-// renewFraction mirrors the agent's default, for the next renewal shown by
-// status when config.toml does not set another.
-const renewFraction = 0.6
 
 func statusCommand() *cobra.Command {
 	var (
@@ -27,24 +24,21 @@ func statusCommand() *cobra.Command {
 		Short: "Show this machine's identity, its expiry, the next renewal and the journal",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			dir, fraction := conn.dataDir, renewFraction
-			if cfg, err := conn.resolve(); err == nil {
-				dir = cfg.DataDir
-				if cfg.Renewal.Fraction > 0 {
-					fraction = cfg.Renewal.Fraction
-				}
+			dir, fraction := conn.dataDir, 0.0
+			cfg, err := conn.resolve()
+			if err == nil {
+				dir, fraction = cfg.DataDir, cfg.Renewal.Fraction
 			} else if dir == "" {
 				return err
 			}
-			st, err := loadState(cmd.Context(), dir, conn)
+			st, err := loadState(cmd.Context(), dir, cfg, conn)
 			if err != nil {
 				return err
 			}
 			jid, entries, jerr := journal.ReadLast(dir, last)
 			id := st.Identity
 			leaf := st.Leaf
-			life := leaf.NotAfter.Sub(leaf.NotBefore)
-			next := leaf.NotBefore.Add(time.Duration(float64(life) * fraction))
+			next := agent.RenewTime(leaf, fraction)
 			w := cmd.OutOrStdout()
 			if asJSON {
 				type entry struct {
