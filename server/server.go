@@ -165,6 +165,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	go func() {
 		select {
 		case <-ctx.Done():
+			// Live sessions never end by themselves: end them, so the
+			// graceful stop waits only for calls in flight.
+			s.sessions.closeAll()
 			stopped := make(chan struct{})
 			go func() { g.GracefulStop(); close(stopped) }()
 			select {

@@ -75,8 +75,9 @@ func (s *session) revoke(n *gatewayv1.RevocationNotice) {
 
 // sessions is the registry of live sessions on this server, one per node.
 type sessions struct {
-	mu     sync.Mutex
-	byNode map[string]*session
+	mu      sync.Mutex
+	byNode  map[string]*session
+	closing chan struct{} // closed by closeAll
 }
 
 func newSessions() *sessions { return &sessions{byNode: map[string]*session{}} }
@@ -134,6 +135,31 @@ func (r *sessions) notify(nodeID string, n *gatewayv1.RevocationNotice) bool {
 		sess.revoke(n)
 	}
 	return ok
+}
+
+// closeAll ends every session on this server (shutdown); their nodes
+// reconnect, to this server when it is back or to another replica.
+func (r *sessions) closeAll() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing == nil {
+		r.closing = make(chan struct{})
+	}
+	select {
+	case <-r.closing:
+	default:
+		close(r.closing)
+	}
+}
+
+// closed is closed once closeAll has run.
+func (r *sessions) closed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing == nil {
+		r.closing = make(chan struct{})
+	}
+	return r.closing
 }
 
 // count is the number of live sessions.
@@ -203,6 +229,7 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 			}
 		}
 	}()
+	shutdown := s.sessions.closed()
 	var probeAck chan struct{}
 	var probeID uint64
 	for {
@@ -217,6 +244,8 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 			_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: n}})
 			s.log.InfoContext(ctx, "session ended by revocation", keyNodeID, sess.nodeID, keyReason, n.Reason)
 			return status.Error(codes.Unauthenticated, "certificate revoked: "+n.Reason)
+		case <-shutdown:
+			return status.Error(codes.Unavailable, "fleetd is shutting down; reconnect")
 		case <-sess.replaced:
 			return status.Error(codes.Aborted, "replaced by a newer session of the same process")
 		case err := <-recvErr:
@@ -300,6 +329,3 @@ func actorOf(ctx context.Context) string {
 	}
 	return "fleetd"
 }
-
-// LiveSessions is the number of live node sessions on this server.
-func (s *Server) LiveSessions() int { return s.sessions.count() }

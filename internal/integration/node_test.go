@@ -311,3 +311,13 @@ func startJoin(t *testing.T, m *machine, tok string) *agentProc {
 	t.Helper()
 	return startProc(t, strings.NewReader(tok), m.env(), "join", "--config", m.cfg)
 }
+
+func TestAStoppingControlPlaneEndsSessionsSoNodesReconnect(t *testing.T) {
+	cp := startControlPlane(t, "")
+	m := newMachine(t, cp, "", "")
+	m.join(t, cp)
+	a := startAgent(t, m)
+	a.waitFor(t, sessionOpenRE, 30*time.Second)
+	cp.stop(t)
+	a.waitFor(t, regexp.MustCompile(`msg="session lost, reconnecting" .*fleetd is shutting down; reconnect`), 30*time.Second)
+}
