@@ -81,7 +81,7 @@ func (s *Server) startInstance(ctx context.Context, raw []byte) (*instance, *loc
 		return nil, s.logRefusal(ctx, "run", env, refusal(checkRights, "sender %q may not start instances; only the command line of this machine may (bcd run)", env.Sender))
 	}
 	var req localapi.StartRequest
-	if bad := decode("instances/start", env.Payload, &req); bad != nil {
+	if bad := decode(methodInstancesStart, env.Payload, &req); bad != nil {
 		return nil, bad
 	}
 	name, err := instanceName(req)

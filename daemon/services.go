@@ -43,6 +43,20 @@ func decode(method string, payload []byte, v any) *localv1.CallReply {
 	return nil
 }
 
+// The methods the daemon serves, as "<service>/<method>" of the key
+// expression.
+const (
+	methodStatusGet      = localapi.ServiceStatus + "/" + localapi.MethodGet
+	methodLeasesAcquire  = localapi.ServiceLeases + "/" + localapi.MethodAcquire
+	methodLeasesRenew    = localapi.ServiceLeases + "/" + localapi.MethodRenew
+	methodLeasesRelease  = localapi.ServiceLeases + "/" + localapi.MethodRelease
+	methodLeasesList     = localapi.ServiceLeases + "/" + localapi.MethodList
+	methodMembershipList = localapi.ServiceMembership + "/" + localapi.MethodList
+	methodLaunchGet      = localapi.ServiceLaunch + "/" + localapi.MethodGet
+	methodLaunchApply    = localapi.ServiceLaunch + "/" + localapi.MethodApply
+	methodInstancesStart = localapi.ServiceInstances + "/" + localapi.MethodStart
+)
+
 // serve runs a verified call of caller. local says whether the call came
 // on the local socket.
 func (s *Server) serve(ctx context.Context, caller localapi.Principal, local bool, ke localapi.KeyExpr, env *callsig.Envelope) *localv1.CallReply {
@@ -51,18 +65,18 @@ func (s *Server) serve(ctx context.Context, caller localapi.Principal, local boo
 	switch {
 	case env.Kind != callsig.KindQuery && !cancel:
 		return failure("kind %q: this daemon takes the kinds query, cancel (of a leases/acquire goal) and probe", env.Kind)
-	case cancel && method != "leases/acquire":
+	case cancel && method != methodLeasesAcquire:
 		return failure("kind cancel cancels a goal of leases/acquire, and %s starts no goal", method)
 	}
 	s.log.DebugContext(ctx, "call", attrService, method, attrSender, caller.Sender, attrNode, caller.NodeID, "kind", env.Kind)
 	var req struct{}
 	switch method {
-	case "status/get":
+	case methodStatusGet:
 		if bad := decode(method, env.Payload, &req); bad != nil {
 			return bad
 		}
 		return ok(s.status(caller))
-	case "leases/acquire":
+	case methodLeasesAcquire:
 		if cancel {
 			var r localapi.GoalRequest
 			if bad := decode(method, env.Payload, &r); bad != nil {
@@ -75,35 +89,35 @@ func (s *Server) serve(ctx context.Context, caller localapi.Principal, local boo
 			return bad
 		}
 		return leaseReply(s.leases.Acquire(caller, r.Resource, time.Duration(r.TTLSeconds)*time.Second))
-	case "leases/renew":
+	case methodLeasesRenew:
 		var r localapi.RenewRequest
 		if bad := decode(method, env.Payload, &r); bad != nil {
 			return bad
 		}
 		return leaseReply(s.leases.Renew(caller, r.GoalID, time.Duration(r.TTLSeconds)*time.Second))
-	case "leases/release":
+	case methodLeasesRelease:
 		var r localapi.GoalRequest
 		if bad := decode(method, env.Payload, &r); bad != nil {
 			return bad
 		}
 		return leaseReply(s.leases.Release(caller, r.GoalID))
-	case "leases/list":
+	case methodLeasesList:
 		if bad := decode(method, env.Payload, &req); bad != nil {
 			return bad
 		}
 		return ok(s.leases.List())
-	case "membership/list":
+	case methodMembershipList:
 		if bad := decode(method, env.Payload, &req); bad != nil {
 			return bad
 		}
 		return ok(s.membership())
-	case "launch/get":
+	case methodLaunchGet:
 		l := s.launch.Load()
 		if l == nil {
 			return failure("no launch is active on this daemon; apply one with bcd launch FILE")
 		}
 		return ok(l)
-	case "launch/apply":
+	case methodLaunchApply:
 		if !local || caller.Sender != localapi.CLISender {
 			return refusal(checkRights, "sender %s may not call %s; only the command line of this machine may (bcd launch)", caller, method)
 		}
@@ -114,7 +128,7 @@ func (s *Server) serve(ctx context.Context, caller localapi.Principal, local boo
 		s.launch.Store(l)
 		s.log.InfoContext(ctx, "launch applied", "launch", l.Name, "machines", len(l.Machines), "instances", len(l.Instances))
 		return ok(l)
-	case "instances/start":
+	case methodInstancesStart:
 		return failure("instances/start is served on the Run stream only: start an instance with bcd run")
 	}
 	if !known(ke.Service) {
