@@ -404,16 +404,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// WellKnown is the subset of the control plane's well-known document a
-// node reads.
-type WellKnown struct {
-	TrustDomain          string          `json:"trust_domain"`
-	ServingCASPKIPin     string          `json:"serving_ca_spki_pin"`
-	JoinSigningKeyPin    string          `json:"join_signing_key_pin"`
-	JoinEncryptionKeyPin string          `json:"join_encryption_key_pin"`
-	JoinEncryptionJWK    json.RawMessage `json:"join_encryption_jwk"`
-}
-
 // fetchJWK reads the well-known document and returns its join encryption
 // key after checking that the document's pins are the ones given.
 func fetchJWK(ctx context.Context, client joinv1.JoinServiceClient, c JoinConfig) ([]byte, error) {
@@ -425,7 +415,7 @@ func fetchJWK(ctx context.Context, client joinv1.JoinServiceClient, c JoinConfig
 	if err != nil {
 		return nil, fmt.Errorf("fetch the well-known document: %w", err)
 	}
-	var doc WellKnown
+	var doc pki.WellKnown
 	if err := json.Unmarshal(resp.Document, &doc); err != nil {
 		return nil, fmt.Errorf("read the well-known document: %w", err)
 	}

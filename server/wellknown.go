@@ -13,18 +13,6 @@ import (
 // WellKnownPath is where the HTTPS listener serves the document.
 const WellKnownPath = "/.well-known/nodetrust.json"
 
-// WellKnown is the document a machine bootstraps from. It is only
-// trusted after its pins are checked against the ones the operator gave.
-type WellKnown struct {
-	Version              int             `json:"version"`
-	TrustDomain          string          `json:"trust_domain"`
-	ServerName           string          `json:"server_name"`
-	ServingCASPKIPin     string          `json:"serving_ca_spki_pin"`
-	JoinSigningKeyPin    string          `json:"join_signing_key_pin"`
-	JoinEncryptionKeyPin string          `json:"join_encryption_key_pin"`
-	JoinEncryptionJWK    json.RawMessage `json:"join_encryption_jwk"`
-}
-
 // WellKnownDocument renders the document for an authority.
 func WellKnownDocument(a *pki.Authority) ([]byte, error) {
 	jwk, err := a.JoinEncryption.Public().MarshalJWK()
@@ -32,7 +20,7 @@ func WellKnownDocument(a *pki.Authority) ([]byte, error) {
 		return nil, fmt.Errorf("well-known document: %w", err)
 	}
 	b := a.Bundle
-	doc := WellKnown{
+	doc := pki.WellKnown{
 		Version:              1,
 		TrustDomain:          a.TrustDomain,
 		ServerName:           b.ServerName,
