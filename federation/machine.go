@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -151,7 +150,7 @@ func New(cfg Config) (*Machine, error) {
 		}
 	}
 	if _, holds := key.(io.Closer); holds || err != nil || len(cfg.State.Roots) == 0 {
-		closeKey(key)
+		identity.CloseSigner(key)
 	} else {
 		c.key = key
 	}
@@ -201,12 +200,12 @@ func (m *Machine) withKey(c *creds, fn func(crypto.Signer) error) error {
 	if m.dir == "" {
 		return errors.New("the node key is released, and there is no data directory to load it from")
 	}
-	key, err := m.loadKey(c.leaf)
+	key, err := identity.ReadKey(m.dir, c.leaf, m.load)
 	if err != nil {
 		return err
 	}
 	if _, holds := key.(io.Closer); holds {
-		defer closeKey(key)
+		defer identity.CloseSigner(key)
 	} else {
 		c.mu.Lock()
 		c.key = key
@@ -376,9 +375,9 @@ func (m *Machine) Refresh() (bool, error) {
 	if stamp == c.stamp {
 		return false, nil
 	}
-	id, leaf, chain, roots, err := readIdentity(m.dir)
+	id, leaf, chain, roots, err := identity.ReadIdentity(m.dir)
 	if err != nil {
-		return false, err
+		return false, fmt.Errorf("read the renewed certificate: %w", err)
 	}
 	if leaf.Equal(c.leaf) {
 		m.mu.Lock()
@@ -400,77 +399,12 @@ func (m *Machine) Refresh() (bool, error) {
 	return true, nil
 }
 
-// loadKey reads node.key, or during a renewal node.key.next, whichever
-// is the key of leaf. It only reads: the agent repairs the files.
-func (m *Machine) loadKey(leaf *x509.Certificate) (crypto.Signer, error) {
-	var errs []error
-	for _, name := range []string{identity.FileKey, identity.FileKeyNext} {
-		b, err := os.ReadFile(filepath.Join(m.dir, name))
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		k, err := m.load(b)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("load %s: %w", name, err))
-			continue
-		}
-		if pub, ok := k.Public().(interface{ Equal(crypto.PublicKey) bool }); ok && pub.Equal(leaf.PublicKey) {
-			return k, nil
-		}
-		closeKey(k)
-	}
-	return nil, fmt.Errorf("no key in %s matches the renewed certificate yet: %w", m.dir, errors.Join(errs...))
-}
-
 func statIdentity(dir string) (fileStamp, error) {
 	fi, err := os.Stat(filepath.Join(dir, identity.FileIdentity))
 	if err != nil {
 		return fileStamp{}, fmt.Errorf("look for a renewed certificate: %w", err)
 	}
 	return fileStamp{mod: fi.ModTime(), size: fi.Size()}, nil
-}
-
-// readIdentity reads identity.json without changing any file.
-func readIdentity(dir string) (identity.Identity, *x509.Certificate, []*x509.Certificate, []*x509.Certificate, error) {
-	var id identity.Identity
-	path := filepath.Join(dir, identity.FileIdentity)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return id, nil, nil, nil, fmt.Errorf("read the renewed certificate: %w", err)
-	}
-	if err := json.Unmarshal(b, &id); err != nil {
-		return id, nil, nil, nil, fmt.Errorf("read the renewed certificate: %s: %w", path, err)
-	}
-	parse := func(ders [][]byte) ([]*x509.Certificate, error) {
-		var out []*x509.Certificate
-		for _, d := range ders {
-			c, err := x509.ParseCertificate(d)
-			if err != nil {
-				return nil, fmt.Errorf("read the renewed certificate: %s: %w", path, err)
-			}
-			out = append(out, c)
-		}
-		return out, nil
-	}
-	chain, err := parse(id.Chain)
-	if err != nil {
-		return id, nil, nil, nil, err
-	}
-	if len(chain) == 0 {
-		return id, nil, nil, nil, fmt.Errorf("read the renewed certificate: %s holds no certificate", path)
-	}
-	roots, err := parse(id.Roots)
-	if err != nil {
-		return id, nil, nil, nil, err
-	}
-	return id, chain[0], chain, roots, nil
-}
-
-func closeKey(k crypto.Signer) {
-	if c, ok := k.(io.Closer); ok {
-		_ = c.Close()
-	}
 }
 
 // Close releases the node key the credentials hold.
@@ -484,7 +418,7 @@ func (m *Machine) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.key != nil {
-		closeKey(c.key)
+		identity.CloseSigner(c.key)
 		c.key = nil
 	}
 }

@@ -4,7 +4,9 @@
 // node's journal in journal.db.
 //
 // LoadState reads the identity the way every agent mode does at start, and
-// repairs what an interrupted renewal left behind. Persist stores a newly
+// repairs what an interrupted renewal left behind; ReadIdentity and ReadKey
+// read the same files for a process that does not own them (the node daemon
+// following renewals), changing nothing. Persist stores a newly
 // joined identity, WriteNextKey and StoreRenewal store a renewal in an order
 // that leaves a key and a certificate that match after a crash at any point,
 // and ResetPlan and MoveAside serve bcd join --reset.

@@ -37,8 +37,9 @@ var (
 	// error reads "this node has not joined (run bcd join)".
 	ErrNotJoined = errors.New("this node has not joined")
 	// ErrKeyMismatch means node.key is not the key the node certificate
-	// certifies. LoadState's error reads "the node key does not match the node
-	// certificate; join again: bcd join --reset --yes, then bcd join".
+	// certifies (for ReadKey: nor is node.key.next). LoadState's error reads
+	// "the node key does not match the node certificate; join again: bcd
+	// join --reset --yes, then bcd join".
 	ErrKeyMismatch = errors.New("the node key does not match the node certificate")
 	// ErrInvalidKey is wrapped by a KeyLoader's error when the bytes are not a
 	// key it could ever load (no PEM, a bad encoding, a wrong algorithm). Any
@@ -172,12 +173,12 @@ func LoadState(dir string, o LoadOptions) (*State, error) {
 		switch {
 		case err == nil && samePublic(next.Public(), leaf.PublicKey):
 			if err := atomicfile.Rename(nextPath, keyPath); err != nil {
-				closeSigner(next)
+				CloseSigner(next)
 				return nil, fmt.Errorf("promote the next node key %s: %w", nextPath, err)
 			}
 			key, keyPEM = next, nextPEM
 		case err == nil || errors.Is(err, ErrInvalidKey):
-			closeSigner(next)
+			CloseSigner(next)
 			if err := removeNext(nextPath); err != nil {
 				return nil, err
 			}
@@ -210,7 +211,7 @@ func LoadState(dir string, o LoadOptions) (*State, error) {
 		}
 	}
 	if !samePublic(key.Public(), leaf.PublicKey) {
-		closeSigner(key)
+		CloseSigner(key)
 		msg := ErrKeyMismatch.Error() + "; " + wayBack
 		if isTPMRecord(keyPEM) {
 			msg += "; " + tpmHint
@@ -242,10 +243,12 @@ func samePublic(a, b crypto.PublicKey) bool {
 	return ok && eq.Equal(b)
 }
 
-// closeSigner releases a signer LoadState discards.
-func closeSigner(s crypto.Signer) {
+// CloseSigner releases a signer that holds a resource (a TPM key): it calls
+// Close, ignoring its error, when s implements io.Closer, and does nothing
+// otherwise. LoadState and ReadKey release with it the signers they discard.
+func CloseSigner(s crypto.Signer) {
 	if c, ok := s.(io.Closer); ok {
-		c.Close()
+		_ = c.Close()
 	}
 }
 
