@@ -1,15 +1,14 @@
 package attest
 
 import (
-	"bytes"
-	"crypto/ecdsa"
 	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
-	"math/big"
 
 	"github.com/google/go-tpm/tpm2"
+
+	"github.com/nodetrust/nodetrust/tpm/tpmpub"
 )
 
 // QuotePCRs are the PCRs a quote must cover, in the SHA-256 bank: 0–7, the
@@ -132,85 +131,8 @@ func verifyAttest(akPublicArea, attest, signature []byte, typ tpm2.TPMST) (*tpm2
 	if len(attest) == 0 || len(attest) > maxAttestSize {
 		return nil, fmt.Errorf("TPMS_ATTEST of %d bytes, want 1 to %d", len(attest), maxAttestSize)
 	}
-	if err := verifySignature(ak, attest, signature); err != nil {
+	if err := tpmpub.VerifySignature(ak, attest, signature); err != nil {
 		return nil, err
 	}
-	a, err := parseAttest(attest)
-	if err != nil {
-		return nil, err
-	}
-	if a.Magic != tpm2.TPMGeneratedValue {
-		return nil, fmt.Errorf("TPMS_ATTEST magic %#x, want TPM_GENERATED_VALUE (%#x)", uint32(a.Magic), uint32(tpm2.TPMGeneratedValue))
-	}
-	if a.Type != typ {
-		return nil, fmt.Errorf("TPMS_ATTEST of type %#x, want %#x", uint16(a.Type), uint16(typ))
-	}
-	return a, nil
-}
-
-// verifySignature checks that sig, a marshalled TPMT_SIGNATURE, is an
-// ECDSA/SHA-256 signature by ak over SHA-256(attest).
-func verifySignature(ak *ecdsa.PublicKey, attest, sig []byte) error {
-	s, err := parseSignature(sig)
-	if err != nil {
-		return err
-	}
-	if s.SigAlg != tpm2.TPMAlgECDSA {
-		return fmt.Errorf("signature algorithm %#x, want ECDSA (%#x)", uint16(s.SigAlg), uint16(tpm2.TPMAlgECDSA))
-	}
-	e, err := s.Signature.ECDSA()
-	if err != nil {
-		return fmt.Errorf("ECDSA signature: %w", err)
-	}
-	if e.Hash != tpm2.TPMAlgSHA256 {
-		return fmt.Errorf("signature hash %#x, want SHA-256 (%#x)", uint16(e.Hash), uint16(tpm2.TPMAlgSHA256))
-	}
-	const size = 32 // P-256
-	if n, m := len(e.SignatureR.Buffer), len(e.SignatureS.Buffer); n == 0 || m == 0 || n > size || m > size {
-		return fmt.Errorf("ECDSA signature with r of %d and s of %d bytes, want 1 to %d", n, m, size)
-	}
-	digest := sha256.Sum256(attest)
-	r := new(big.Int).SetBytes(e.SignatureR.Buffer)
-	ss := new(big.Int).SetBytes(e.SignatureS.Buffer)
-	if !ecdsa.Verify(ak, digest[:], r, ss) {
-		return errors.New("the signature is not the AK's over the attestation")
-	}
-	return nil
-}
-
-// parseSignature unmarshals a TPMT_SIGNATURE strictly.
-func parseSignature(b []byte) (s *tpm2.TPMTSignature, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			s, err = nil, fmt.Errorf("malformed TPMT_SIGNATURE: %v", r)
-		}
-	}()
-	if len(b) == 0 {
-		return nil, errors.New("empty TPMT_SIGNATURE")
-	}
-	s, err = tpm2.Unmarshal[tpm2.TPMTSignature](b)
-	if err != nil {
-		return nil, fmt.Errorf("malformed TPMT_SIGNATURE: %w", err)
-	}
-	if !bytes.Equal(tpm2.Marshal(s), b) {
-		return nil, errors.New("malformed TPMT_SIGNATURE: trailing or non-canonical data")
-	}
-	return s, nil
-}
-
-// parseAttest unmarshals a TPMS_ATTEST strictly.
-func parseAttest(b []byte) (a *tpm2.TPMSAttest, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			a, err = nil, fmt.Errorf("malformed TPMS_ATTEST: %v", r)
-		}
-	}()
-	a, err = tpm2.Unmarshal[tpm2.TPMSAttest](b)
-	if err != nil {
-		return nil, fmt.Errorf("malformed TPMS_ATTEST: %w", err)
-	}
-	if !bytes.Equal(tpm2.Marshal(a), b) {
-		return nil, errors.New("malformed TPMS_ATTEST: trailing or non-canonical data")
-	}
-	return a, nil
+	return tpmpub.CheckAttest(attest, typ)
 }

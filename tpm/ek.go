@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/elliptic"
 	"errors"
 	"fmt"
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
+
+	"github.com/nodetrust/nodetrust/tpm/tpmpub"
 )
 
 // NV indices of the EK certificates, from the TCG EK Credential Profile for
@@ -69,6 +70,10 @@ func (k EKKind) CertIndex() uint32 {
 		return 0
 	}
 }
+
+// Template returns the kind's default template (EK Credential Profile,
+// section B.3); EKAuto has none.
+func (k EKKind) Template() (tpm2.TPMTPublic, error) { return ekTemplate(k) }
 
 // policyBSHA384 is PolicyB of the EK Credential Profile (section B.6.4):
 // PolicyOR(PolicyA = PolicySecret(TPM_RH_ENDORSEMENT), PolicyC), SHA-384.
@@ -175,7 +180,10 @@ func (t *TPM) EK(ctx context.Context, kind EKKind) (*EK, error) {
 		return nil, err
 	}
 	ek := &EK{Kind: kind, PublicArea: lo.publicArea, Name: lo.name, template: template}
-	ek.Public, err = ekPublicKey(kind, lo.publicArea)
+	pub, err := parsePublicArea(lo.publicArea)
+	if err == nil {
+		ek.Public, err = tpmpub.EKPublicKey(pub, tmpl)
+	}
 	if err != nil {
 		err = fmt.Errorf("TPM2_CreatePrimary for %s: the TPM's answer: %w", what, err)
 	}
@@ -186,59 +194,6 @@ func (t *TPM) EK(ctx context.Context, kind EKKind) (*EK, error) {
 		return nil, err
 	}
 	return ek, nil
-}
-
-// ekPublicKey returns the public key of an EK's public area, checking its
-// type and curve against kind.
-func ekPublicKey(kind EKKind, publicArea []byte) (crypto.PublicKey, error) {
-	pub, err := parsePublicArea(publicArea)
-	if err != nil {
-		return nil, err
-	}
-	switch kind {
-	case EKRSA2048:
-		if pub.Type != tpm2.TPMAlgRSA {
-			return nil, fmt.Errorf("type %#x, want RSA", uint16(pub.Type))
-		}
-		parms, err := pub.Parameters.RSADetail()
-		if err != nil {
-			return nil, err
-		}
-		n, err := pub.Unique.RSA()
-		if err != nil {
-			return nil, err
-		}
-		k, err := tpm2.RSAPub(parms, n)
-		if err != nil {
-			return nil, err
-		}
-		if k.N.BitLen() != 2048 {
-			return nil, fmt.Errorf("RSA modulus of %d bits, want 2048", k.N.BitLen())
-		}
-		return k, nil
-	case EKECCP256, EKECCP384:
-		if pub.Type != tpm2.TPMAlgECC {
-			return nil, fmt.Errorf("type %#x, want ECC", uint16(pub.Type))
-		}
-		parms, err := pub.Parameters.ECCDetail()
-		if err != nil {
-			return nil, err
-		}
-		curve, id := elliptic.P256(), tpm2.TPMECCNistP256
-		if kind == EKECCP384 {
-			curve, id = elliptic.P384(), tpm2.TPMECCNistP384
-		}
-		if parms.CurveID != id {
-			return nil, fmt.Errorf("curve %#x, want %#x", uint16(parms.CurveID), uint16(id))
-		}
-		point, err := pub.Unique.ECC()
-		if err != nil {
-			return nil, err
-		}
-		return parseECPoint(curve, point.X.Buffer, point.Y.Buffer)
-	default:
-		return nil, fmt.Errorf("unknown EK kind %d", int(kind))
-	}
 }
 
 // EKCertificates reads the EK certificates the TPM holds at

@@ -2,7 +2,6 @@ package tpm
 
 import (
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"fmt"
 
 	"github.com/google/go-tpm/tpm2"
@@ -58,9 +57,3 @@ func parsePublicArea(b []byte) (tpm2.TPMTPublic, error) { return tpmpub.Parse(b)
 
 // checkSameKind compares every field of got but the unique field with want.
 func checkSameKind(got, want tpm2.TPMTPublic) error { return tpmpub.CheckSameKind(got, want) }
-
-// parseECPoint returns the public key at (x, y), checking that the point
-// is on curve. The TPM may drop leading zero bytes of a coordinate.
-func parseECPoint(curve elliptic.Curve, x, y []byte) (*ecdsa.PublicKey, error) {
-	return tpmpub.ECPoint(curve, x, y)
-}

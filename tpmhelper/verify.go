@@ -4,11 +4,9 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"math/big"
 	"slices"
 
 	"github.com/google/go-tpm/tpm2"
@@ -153,70 +151,10 @@ func checkQuote(ak *ecdsa.PublicKey, nonce []byte, pcrs []int, quoted, signature
 // checkAttest verifies signature over attest with ak (signer names the
 // failure) and parses attest, checking its magic and type.
 func checkAttest(ak *ecdsa.PublicKey, attest, signature []byte, typ tpm2.TPMST, signer error) (*tpm2.TPMSAttest, error) {
-	if err := verifySignature(ak, attest, signature); err != nil {
+	if err := tpmpub.VerifySignature(ak, attest, signature); err != nil {
 		return nil, fmt.Errorf("%w: %w", signer, err)
 	}
-	a, err := parseStrict[tpm2.TPMSAttest](attest, "TPMS_ATTEST")
-	if err != nil {
-		return nil, err
-	}
-	if a.Magic != tpm2.TPMGeneratedValue {
-		return nil, fmt.Errorf("TPMS_ATTEST magic %#x, want TPM_GENERATED_VALUE", uint32(a.Magic))
-	}
-	if a.Type != typ {
-		return nil, fmt.Errorf("TPMS_ATTEST of type %#x, want %#x", uint16(a.Type), uint16(typ))
-	}
-	return a, nil
-}
-
-// verifySignature checks that sig, a marshalled TPMT_SIGNATURE (Part 2,
-// section 11.3.4), is an ECDSA/SHA-256 signature by ak over SHA-256(msg).
-func verifySignature(ak *ecdsa.PublicKey, msg, sig []byte) error {
-	s, err := parseStrict[tpm2.TPMTSignature](sig, "TPMT_SIGNATURE")
-	if err != nil {
-		return err
-	}
-	if s.SigAlg != tpm2.TPMAlgECDSA {
-		return fmt.Errorf("signature algorithm %#x, want ECDSA", uint16(s.SigAlg))
-	}
-	e, err := s.Signature.ECDSA()
-	if err != nil {
-		return fmt.Errorf("ECDSA signature: %w", err)
-	}
-	if e.Hash != tpm2.TPMAlgSHA256 {
-		return fmt.Errorf("signature hash %#x, want SHA-256", uint16(e.Hash))
-	}
-	if n, m := len(e.SignatureR.Buffer), len(e.SignatureS.Buffer); n == 0 || m == 0 || n > 32 || m > 32 {
-		return fmt.Errorf("ECDSA signature with r of %d and s of %d bytes", n, m)
-	}
-	digest := sha256.Sum256(msg)
-	if !ecdsa.Verify(ak, digest[:], new(big.Int).SetBytes(e.SignatureR.Buffer), new(big.Int).SetBytes(e.SignatureS.Buffer)) {
-		return errors.New("the signature does not verify with the AK")
-	}
-	return nil
-}
-
-// parseStrict unmarshals b as a T, which must marshal back to exactly b.
-func parseStrict[T tpm2.Marshallable, P interface {
-	*T
-	tpm2.Unmarshallable
-}](b []byte, what string) (v *T, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			v, err = nil, fmt.Errorf("malformed %s: %v", what, r)
-		}
-	}()
-	if len(b) == 0 {
-		return nil, fmt.Errorf("empty %s", what)
-	}
-	v, err = tpm2.Unmarshal[T, P](b)
-	if err != nil {
-		return nil, fmt.Errorf("malformed %s: %w", what, err)
-	}
-	if !bytes.Equal(tpm2.Marshal(*v), b) {
-		return nil, fmt.Errorf("malformed %s: trailing or non-canonical data", what)
-	}
-	return v, nil
+	return tpmpub.CheckAttest(attest, typ)
 }
 
 // ekPublic checks that publicArea is an EK of kind (type, size or curve, and
@@ -230,54 +168,13 @@ func ekPublic(kind tpm.EKKind, publicArea []byte) (crypto.PublicKey, []byte, err
 	if a := pub.ObjectAttributes; !a.FixedTPM || !a.FixedParent || !a.Restricted || !a.Decrypt || a.SignEncrypt {
 		return nil, nil, fmt.Errorf("EK attributes %#08x: want fixedTPM, fixedParent, restricted and decrypt, not sign", tpmpub.AttributeBits(a))
 	}
-	var key crypto.PublicKey
-	switch kind {
-	case tpm.EKRSA2048:
-		if pub.Type != tpm2.TPMAlgRSA {
-			return nil, nil, fmt.Errorf("EK of type %#x, want RSA", uint16(pub.Type))
-		}
-		parms, err := pub.Parameters.RSADetail()
-		if err != nil {
-			return nil, nil, err
-		}
-		n, err := pub.Unique.RSA()
-		if err != nil {
-			return nil, nil, err
-		}
-		k, err := tpm2.RSAPub(parms, n)
-		if err != nil {
-			return nil, nil, err
-		}
-		if k.N.BitLen() != 2048 {
-			return nil, nil, fmt.Errorf("RSA EK of %d bits, want 2048", k.N.BitLen())
-		}
-		key = k
-	case tpm.EKECCP256, tpm.EKECCP384:
-		if pub.Type != tpm2.TPMAlgECC {
-			return nil, nil, fmt.Errorf("EK of type %#x, want ECC", uint16(pub.Type))
-		}
-		parms, err := pub.Parameters.ECCDetail()
-		if err != nil {
-			return nil, nil, err
-		}
-		curve, id := elliptic.P256(), tpm2.TPMECCNistP256
-		if kind == tpm.EKECCP384 {
-			curve, id = elliptic.P384(), tpm2.TPMECCNistP384
-		}
-		if parms.CurveID != id {
-			return nil, nil, fmt.Errorf("EK on curve %#x, want %#x", uint16(parms.CurveID), uint16(id))
-		}
-		point, err := pub.Unique.ECC()
-		if err != nil {
-			return nil, nil, err
-		}
-		k, err := tpmpub.ECPoint(curve, point.X.Buffer, point.Y.Buffer)
-		if err != nil {
-			return nil, nil, err
-		}
-		key = k
-	default:
+	tmpl, err := kind.Template()
+	if err != nil {
 		return nil, nil, fmt.Errorf("EK of kind %s", kind)
+	}
+	key, err := tpmpub.EKPublicKey(pub, tmpl)
+	if err != nil {
+		return nil, nil, err
 	}
 	name, err := tpmpub.Name(publicArea)
 	if err != nil {
