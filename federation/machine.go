@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/nodetrust/nodetrust/callsig"
@@ -74,9 +75,14 @@ type creds struct {
 	stSig []byte // the statement's signature; nil until signed
 }
 
+// fileStamp tells one identity.json from the next. The identity is
+// written atomically (a new file renamed over the old), so a renewal gives
+// it a new inode even when it lands within the file system's timestamp
+// granularity with the same size.
 type fileStamp struct {
-	mod  time.Time
-	size int64
+	mod   time.Time
+	size  int64
+	inode uint64
 }
 
 type endorsement struct {
@@ -404,7 +410,11 @@ func statIdentity(dir string) (fileStamp, error) {
 	if err != nil {
 		return fileStamp{}, fmt.Errorf("look for a renewed certificate: %w", err)
 	}
-	return fileStamp{mod: fi.ModTime(), size: fi.Size()}, nil
+	st := fileStamp{mod: fi.ModTime(), size: fi.Size()}
+	if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+		st.inode = sys.Ino
+	}
+	return st, nil
 }
 
 // Close releases the node key the credentials hold.
