@@ -27,7 +27,7 @@ func TestForbiddenImports(t *testing.T) {
 		imports[f[0]] = f[1:]
 	}
 	const self = "github.com/nodetrust/nodetrust/pki"
-	forbidden := []string{"database/sql", "net/http", "github.com/nodetrust/nodetrust/store"}
+	forbidden := []string{"database/sql", "net/http", "github.com/nodetrust/nodetrust/internal/fleetd/store"}
 	isForbidden := func(p string) bool {
 		for _, f := range forbidden {
 			if p == f || strings.HasPrefix(p, f+"/") {

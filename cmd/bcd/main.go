@@ -7,13 +7,13 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/nodetrust/nodetrust/internal/bcdcli"
+	"github.com/nodetrust/nodetrust/internal/bcd/command"
 	"github.com/nodetrust/nodetrust/internal/cli"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := bcdcli.Execute(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	err := command.Execute(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(cli.Main("bcd", err, os.Stderr))
 }

@@ -8,12 +8,12 @@ import (
 	"syscall"
 
 	"github.com/nodetrust/nodetrust/internal/cli"
-	"github.com/nodetrust/nodetrust/internal/fleetdcli"
+	"github.com/nodetrust/nodetrust/internal/fleetd/command"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := fleetdcli.Execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	err := command.Execute(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(cli.Main("fleetd", err, os.Stderr))
 }

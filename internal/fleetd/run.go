@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/attest"
-	"github.com/nodetrust/nodetrust/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/service"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 	"github.com/nodetrust/nodetrust/pki"
-	"github.com/nodetrust/nodetrust/server"
-	"github.com/nodetrust/nodetrust/store/sqlite"
 )
 
 // Options configure Run.
@@ -55,7 +55,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(server.Config{
+	srv, err := service.New(service.Config{
 		EKVerifier:       ekVerifier,
 		ChallengeTTL:     cfg.TPM.ChallengeTTL.Duration,
 		Authority:        auth,

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/pki"
-	"github.com/nodetrust/nodetrust/tlspin"
+	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
 // freeAddr returns a loopback address nothing listens on right now.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/callsig"
-	"github.com/nodetrust/nodetrust/identity"
+	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/localapi"
 	"github.com/nodetrust/nodetrust/pki"
 )

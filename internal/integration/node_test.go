@@ -15,9 +15,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nodetrust/nodetrust/agent"
 	"github.com/nodetrust/nodetrust/api/joinv1"
-	"github.com/nodetrust/nodetrust/identity"
+	"github.com/nodetrust/nodetrust/internal/bcd/agent"
+	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/pki"
 )
 

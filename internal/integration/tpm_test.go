@@ -14,13 +14,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/nodetrust/nodetrust/agent"
 	"github.com/nodetrust/nodetrust/api/joinv1"
-	"github.com/nodetrust/nodetrust/identity"
+	"github.com/nodetrust/nodetrust/internal/bcd/agent"
+	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tpm"
 	"github.com/nodetrust/nodetrust/tpm/tpmtest"
-	"github.com/nodetrust/nodetrust/tpmhelper"
 )
 
 // ekRootsConfig writes the swtpm local CA's certificates and returns the

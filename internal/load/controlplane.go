@@ -19,9 +19,9 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
-	"github.com/nodetrust/nodetrust/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/pki"
-	"github.com/nodetrust/nodetrust/tlspin"
+	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
 // controlPlane is the fleetd a run drives: one it started, or a running

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/pki"
-	"github.com/nodetrust/nodetrust/tlspin"
+	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
 // FloorItem is one measured operation of the crypto floor: the CPU time
@@ -228,7 +228,7 @@ func cpuPerOp(fn func() error, d time.Duration) (float64, error) {
 }
 
 // handshakeCPU measures full TLS 1.3 handshakes over loopback TCP between
-// a server configured as fleetd's (server.TLSConfig: the serving
+// a server configured as fleetd's (service.Server.TLSConfig: the serving
 // certificate, client certificates verified when given) and a client
 // configured as a node's (tlspin.Client, h2), with clientCert as the
 // client certificate when not nil. Each end runs on its own locked OS

@@ -24,7 +24,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/pki"
-	"github.com/nodetrust/nodetrust/tlspin"
+	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
 // daemonVersion is what simulated nodes report.

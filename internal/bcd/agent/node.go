@@ -1,0 +1,542 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/nodetrust/nodetrust/api/gatewayv1"
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/internal/bcd/config"
+	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
+	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/tpm"
+)
+
+// ErrRevoked means the control plane revoked this node's certificate. The
+// agent stops and never redials with it; the machine comes back only by
+// joining again with fresh evidence after bcd join --reset.
+var ErrRevoked = errors.New("this node's certificate was revoked")
+
+// ErrRefused means the control plane refuses this node's certificate when
+// it opens a session (revoked while the node was away, expired, or of an
+// older identity generation).
+var ErrRefused = errors.New("the control plane refuses this node's certificate")
+
+// Journal records what happens to the identity; a nil Journal records
+// nothing. The node's journal.db implements it.
+type Journal interface {
+	Append(ctx context.Context, kind, nodeID, detail string) error
+}
+
+// Journal kinds the agent writes.
+const (
+	JournalRenewed       = "renewed"
+	JournalRenewalFailed = "renewal failed"
+	JournalRevoked       = "revoked"
+)
+
+// NodeConfig configures the long-running agent.
+type NodeConfig struct {
+	Server     string
+	ServerName string
+	Pins       config.Pins
+	DataDir    string
+	Version    string
+	Logger     *slog.Logger
+	Journal    Journal
+	// State, when set, is the identity already loaded (and its key
+	// already in the TPM), which the agent takes over instead of loading
+	// it again; a TPM without a resource manager has few object slots.
+	State *identity.State
+	// OnRenew, when set, is told each new state after a renewal, so other
+	// users of the identity (the local API's federation listener) follow.
+	OnRenew func(*identity.State)
+	// TPM is the host's TPM, or nil. Next keys go into it, and a
+	// certificate that names a TPM AK renews only with that AK.
+	TPM tpmhelper.TPM
+
+	// RenewFraction of a leaf's lifetime passes before it is renewed
+	// (default 0.6).
+	RenewFraction float64
+	// Renewal failures back off from BackoffMin to BackoffMax (default
+	// 30 s and 10 min), or wait exactly a server's pushback.
+	BackoffMin time.Duration
+	BackoffMax time.Duration
+	// OldKeyGrace is how long the previous key stays loaded after a
+	// renewal (default 5 min).
+	OldKeyGrace time.Duration
+	// AfterStore is called after each renewal storage step with its name
+	// (identity.StepNextKey, StepIdentity, StepPromote); tests use it to
+	// kill the process there.
+	AfterStore func(step string)
+	Now        func() time.Time
+}
+
+func (c *NodeConfig) defaults() {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.RenewFraction <= 0 || c.RenewFraction >= 1 {
+		c.RenewFraction = DefaultRenewFraction
+	}
+	if c.BackoffMin <= 0 {
+		c.BackoffMin = 30 * time.Second
+	}
+	if c.BackoffMax <= 0 {
+		c.BackoffMax = 10 * time.Minute
+	}
+	if c.OldKeyGrace <= 0 {
+		c.OldKeyGrace = 5 * time.Minute
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// node is the agent's state while it runs.
+type node struct {
+	c        NodeConfig
+	log      *slog.Logger
+	instance string
+
+	mu   sync.Mutex
+	st   *identity.State
+	cert *tls.Certificate
+	prev crypto.Signer // the previous key, held for OldKeyGrace
+
+	// renewal bookkeeping
+	attempt   int
+	backoff   time.Duration
+	nextRenew time.Time
+}
+
+// RunNode runs the agent until ctx ends (nil), the certificate is revoked
+// (ErrRevoked) or refused (ErrRefused), or the identity cannot be loaded.
+// It keeps one live session with the control plane and renews over it.
+func RunNode(ctx context.Context, c NodeConfig) error {
+	c.defaults()
+	st := c.State
+	if st == nil {
+		var err error
+		if st, err = identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: Keys{TPM: c.TPM}.Loader(ctx)}); err != nil {
+			return err
+		}
+	}
+	n := &node{c: c, log: c.Logger.With("component", "agent", "node_id", st.Identity.NodeID), instance: randomID()}
+	n.setState(st)
+	n.nextRenew = n.renewTime()
+	conn, _, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, n.clientCert)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	gw := gatewayv1.NewGatewayClient(conn)
+
+	reconnect := time.Second
+	for {
+		err := n.session(ctx, gw)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, ErrRevoked), errors.Is(err, ErrRefused):
+			return err
+		}
+		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", reconnect.String(), "error", err)
+		if err := sleep(ctx, reconnect); err != nil {
+			return nil
+		}
+		reconnect = min(reconnect*2, 30*time.Second)
+		if err == nil {
+			reconnect = time.Second
+		}
+	}
+}
+
+func (n *node) setState(st *identity.State) {
+	chain := make([][]byte, 0, len(st.Chain))
+	for _, c := range st.Chain {
+		chain = append(chain, c.Raw)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.st = st
+	n.cert = &tls.Certificate{Certificate: chain, PrivateKey: st.Key, Leaf: st.Leaf}
+}
+
+func (n *node) state() *identity.State {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.st
+}
+
+// clientCert hands TLS the current certificate, so a reconnect after a
+// renewal uses the new one.
+func (n *node) clientCert(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cert, nil
+}
+
+// renewTime is RenewFraction into the current leaf's lifetime.
+func (n *node) renewTime() time.Time {
+	return RenewTime(n.state().Leaf, n.c.RenewFraction)
+}
+
+// DefaultRenewFraction is the seed's renewFraction: a certificate is
+// renewed once 60% of its lifetime has passed.
+const DefaultRenewFraction = 0.6
+
+// RenewTime is when the agent renews leaf: fraction of its lifetime after
+// its NotBefore (DefaultRenewFraction when fraction is not in (0, 1)).
+func RenewTime(leaf *x509.Certificate, fraction float64) time.Time {
+	if fraction <= 0 || fraction >= 1 {
+		fraction = DefaultRenewFraction
+	}
+	life := leaf.NotAfter.Sub(leaf.NotBefore)
+	return leaf.NotBefore.Add(time.Duration(float64(life) * fraction))
+}
+
+// session runs one live session until it breaks.
+func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := gw.Session(ctx)
+	if err != nil {
+		return err
+	}
+	if err := stream.Send(&gatewayv1.SessionRequest{Id: 1, Body: &gatewayv1.SessionRequest_Hello{Hello: &gatewayv1.Hello{DaemonVersion: n.c.Version, InstanceId: n.instance}}}); err != nil {
+		return n.streamErr(ctx, stream, err)
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return n.streamErr(ctx, stream, err)
+	}
+	if r := first.GetRevoked(); r != nil {
+		return n.revoked(ctx, r)
+	}
+	if first.GetWelcome() == nil {
+		return fmt.Errorf("the control plane did not welcome the session")
+	}
+	n.log.InfoContext(ctx, "session open", "instance", n.instance)
+
+	msgs := make(chan *gatewayv1.SessionResponse)
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			select {
+			case msgs <- m:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+
+	var (
+		nextID   uint64 = 1
+		inflight *renewal
+		deadline <-chan time.Time
+	)
+	defer func() {
+		if inflight != nil {
+			closeKey(inflight.key)
+		}
+	}()
+	timer := time.NewTimer(time.Until(n.nextRenew))
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-recvErr:
+			return n.streamErr(ctx, stream, err)
+		case <-timer.C:
+			if inflight != nil {
+				continue
+			}
+			r, err := n.startRenewal(ctx)
+			if err != nil {
+				n.renewalFailed(ctx, err, 0)
+				timer.Reset(time.Until(n.nextRenew))
+				continue
+			}
+			nextID++
+			r.id = nextID
+			if err := stream.Send(&gatewayv1.SessionRequest{Id: r.id, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}}); err != nil {
+				return err
+			}
+			inflight = r
+			deadline = time.After(30 * time.Second)
+		case <-deadline:
+			n.renewalFailed(ctx, errors.New("no answer to the renewal within 30s"), 0)
+			closeKey(inflight.key)
+			inflight, deadline = nil, nil
+			timer.Reset(time.Until(n.nextRenew))
+		case m := <-msgs:
+			switch b := m.Body.(type) {
+			case *gatewayv1.SessionResponse_Revoked:
+				return n.revoked(ctx, b.Revoked)
+			case *gatewayv1.SessionResponse_Probe:
+				if err := stream.Send(&gatewayv1.SessionRequest{Id: m.Id, Body: &gatewayv1.SessionRequest_ProbeAck{ProbeAck: &gatewayv1.Pong{}}}); err != nil {
+					return err
+				}
+			case *gatewayv1.SessionResponse_Renew:
+				if inflight == nil || m.Id != inflight.id {
+					continue
+				}
+				if err := n.finishRenewal(ctx, inflight, b.Renew.GetSigned()); err != nil {
+					n.renewalFailed(ctx, err, 0)
+					closeKey(inflight.key)
+				}
+				inflight, deadline = nil, nil
+				timer.Reset(time.Until(n.nextRenew))
+			case *gatewayv1.SessionResponse_Error:
+				if inflight == nil || m.Id != inflight.id {
+					continue
+				}
+				e := b.Error
+				n.renewalFailed(ctx, fmt.Errorf("%s: %s", codes.Code(e.Code), e.Message), time.Duration(e.RetryPushbackMs)*time.Millisecond)
+				closeKey(inflight.key)
+				inflight, deadline = nil, nil
+				timer.Reset(time.Until(n.nextRenew))
+			}
+		}
+	}
+}
+
+// streamErr classifies a broken session: a refused certificate is final.
+func (n *node) streamErr(ctx context.Context, _ gatewayv1.Gateway_SessionClient, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if status.Code(err) == codes.Unauthenticated {
+		n.log.ErrorContext(ctx, "the control plane refuses this node's certificate", "error", status.Convert(err).Message())
+		return fmt.Errorf("%w: %s; join again: bcd join --reset --yes, then bcd join", ErrRefused, status.Convert(err).Message())
+	}
+	return err
+}
+
+func (n *node) revoked(ctx context.Context, r *gatewayv1.RevocationNotice) error {
+	n.log.ErrorContext(ctx, "certificate revoked", "reason", r.Reason, "identity_generation", r.IdentityGeneration)
+	n.journal(ctx, JournalRevoked, r.Reason)
+	return ErrRevoked
+}
+
+func (n *node) journal(ctx context.Context, kind, detail string) {
+	if n.c.Journal == nil {
+		return
+	}
+	if err := n.c.Journal.Append(context.WithoutCancel(ctx), kind, n.state().Identity.NodeID, detail); err != nil {
+		n.log.WarnContext(ctx, "journal append failed", "error", err)
+	}
+}
+
+// renewal is one renewal in flight.
+type renewal struct {
+	id      uint64
+	req     *joinv1.RenewRequest
+	key     crypto.Signer
+	keyPEM  []byte
+	keyKind string
+	csrHash []byte
+}
+
+// startRenewal makes the next key, stores it as node.key.next, and builds
+// the request with the current key's proof of possession (steps 1–3).
+func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
+	st := n.state()
+	n.dropPrevious()
+	info, err := pki.ParseNodeCert(st.Leaf)
+	if err != nil {
+		return nil, fmt.Errorf("read the current certificate: %w", err)
+	}
+	var ak tpmhelper.AttestationKey
+	if len(info.TPMAKName) > 0 {
+		// No downgrade: a certificate that names an AK renews only with
+		// a key that AK certifies, or not at all.
+		if ak, err = n.loadAK(ctx, info.TPMAKName); err != nil {
+			return nil, err
+		}
+		defer ak.Close()
+	}
+	key, keyPEM, kind, err := Keys{TPM: n.c.TPM}.New(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			closeKey(key)
+		}
+	}()
+	if err := identity.WriteNextKey(n.c.DataDir, keyPEM); err != nil {
+		return nil, fmt.Errorf("store the next key: %w", err)
+	}
+	csr, err := pki.CreateCSR(key)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.Sum256(csr)
+	t := n.c.Now().UnixNano()
+	proof, err := pki.SignRenewProof(st.Key, h[:], t)
+	if err != nil {
+		return nil, fmt.Errorf("sign the renewal proof: %w", err)
+	}
+	req := &joinv1.RenewRequest{Csr: csr, Chain: st.Identity.Chain, ClientTimeUnixNano: t, Proof: proof}
+	if ak != nil {
+		tk, ok := key.(tpmhelper.NodeKey)
+		if !ok {
+			return nil, errors.New("the next key is not in the TPM")
+		}
+		attest, sig, err := n.c.TPM.Certify(ctx, ak, tk, h[:])
+		if err != nil {
+			return nil, fmt.Errorf("certify the next key with the AK: %w", err)
+		}
+		req.KeyAttestation = &joinv1.KeyAttestation{AkPublic: ak.PublicArea(), KeyPublic: tk.PublicArea(), CertifyAttest: attest, CertifySignature: sig}
+	}
+	return &renewal{req: req, key: key, keyPEM: keyPEM, keyKind: kind, csrHash: h[:]}, nil
+}
+
+// loadAK loads the AK the certificate names and checks it is that AK.
+func (n *node) loadAK(ctx context.Context, name []byte) (tpmhelper.AttestationKey, error) {
+	rec := n.state().Identity.TPMAK
+	if n.c.TPM == nil {
+		return nil, errors.New("the certificate names a TPM AK, and no TPM is open: set tpm in config.toml; renewal fails until then")
+	}
+	if len(rec) == 0 {
+		return nil, errors.New("the certificate names a TPM AK, and identity.json has no AK record; join again: bcd join --reset --yes, then bcd join")
+	}
+	r, err := tpm.ParseKeyRecord(rec)
+	if err != nil {
+		return nil, fmt.Errorf("read the AK record: %w", err)
+	}
+	ak, err := n.c.TPM.LoadAK(ctx, r)
+	if err != nil {
+		return nil, fmt.Errorf("load the AK the certificate names (was the TPM cleared or replaced?): %w", err)
+	}
+	if !bytes.Equal(ak.Name(), name) {
+		ak.Close()
+		return nil, fmt.Errorf("the TPM derives AK %x, the certificate names %x: was the TPM cleared? renewal fails; join again with bcd join --reset --yes --attestor tpm", ak.Name(), name)
+	}
+	return ak, nil
+}
+
+// dropPrevious unloads the key before the last renewal, if still held.
+func (n *node) dropPrevious() {
+	n.mu.Lock()
+	prev := n.prev
+	n.prev = nil
+	n.mu.Unlock()
+	closeKey(prev)
+}
+
+func closeKey(k crypto.Signer) {
+	if c, ok := k.(io.Closer); ok && k != nil {
+		_ = c.Close()
+	}
+}
+
+// finishRenewal checks the answer and stores it in the seed's order
+// (steps 4–5), then switches to the new key.
+func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.SignedJoinResult) error {
+	st := n.state()
+	id := st.Identity
+	opened, err := pki.OpenJoinResponse(signed, pki.Expect{
+		SigningKeyPin: n.c.Pins.JoinSigning,
+		CSRSHA256:     r.csrHash,
+		PublicKey:     r.key.Public(),
+		TrustDomain:   id.TrustDomain,
+		NodeID:        id.NodeID,
+		Role:          id.Role,
+		Now:           n.c.Now(),
+	})
+	if err != nil {
+		return fmt.Errorf("check the renewal: %w", err)
+	}
+	res := opened.Result
+	if res.Site != id.Site {
+		return fmt.Errorf("check the renewal: site %q, want %q", res.Site, id.Site)
+	}
+	next := id
+	next.Chain, next.Roots = res.Chain, res.Roots
+	next.Generation = res.IdentityGeneration
+	next.ServerTime = time.Unix(0, res.ServerTimeUnixNano).UTC()
+	next.RenewedAt = n.c.Now().UTC()
+	next.KeyKind = r.keyKind
+	if err := identity.StoreRenewal(n.c.DataDir, next, r.keyPEM, n.c.AfterStore); err != nil {
+		return fmt.Errorf("store the renewal: %w", err)
+	}
+	newState := &identity.State{Dir: st.Dir, Identity: next, Leaf: opened.Leaf, Chain: opened.Chain, Roots: opened.Roots, Key: r.key}
+	old := st.Key
+	n.setState(newState)
+	if n.c.OnRenew != nil {
+		n.c.OnRenew(newState)
+	}
+	n.mu.Lock()
+	n.prev = old
+	n.mu.Unlock()
+	// Unload the old key once nothing can still be signing with it (a
+	// TPM-held key frees its handle when closed).
+	time.AfterFunc(n.c.OldKeyGrace, func() {
+		n.mu.Lock()
+		drop := n.prev == old
+		if drop {
+			n.prev = nil
+		}
+		n.mu.Unlock()
+		if drop {
+			closeKey(old)
+		}
+	})
+	n.attempt, n.backoff = 0, 0
+	n.nextRenew = n.renewTime()
+	keyPin, _ := pki.PinOf(r.key.Public())
+	n.log.InfoContext(ctx, "renewed", "serial", fmt.Sprintf("%x", opened.Leaf.SerialNumber), "key", keyPin.String(),
+		"not_after", opened.Leaf.NotAfter.UTC().Format(time.RFC3339), "next_renewal", n.nextRenew.UTC().Format(time.RFC3339))
+	n.journal(ctx, JournalRenewed, fmt.Sprintf("serial %x until %s", opened.Leaf.SerialNumber, opened.Leaf.NotAfter.UTC().Format(time.RFC3339)))
+	return nil
+}
+
+// renewalFailed logs a failure and schedules the next attempt: exactly
+// after pushback when the server gave one, else with backoff.
+func (n *node) renewalFailed(ctx context.Context, err error, pushback time.Duration) {
+	n.attempt++
+	wait := pushback
+	if wait <= 0 {
+		if n.backoff == 0 {
+			n.backoff = n.c.BackoffMin
+		} else {
+			n.backoff = min(n.backoff*2, n.c.BackoffMax)
+		}
+		wait = n.backoff
+	}
+	expiresIn := time.Until(n.state().Leaf.NotAfter).Round(time.Second)
+	n.log.WarnContext(ctx, "renewal failed", "attempt", n.attempt, "expiresIn", expiresIn.String(), "retry_in", wait.String(), "error", err)
+	n.journal(ctx, JournalRenewalFailed, fmt.Sprintf("attempt %d: %v", n.attempt, err))
+	n.nextRenew = n.c.Now().Add(wait)
+}
+
+func randomID() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

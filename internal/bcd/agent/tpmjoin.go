@@ -1,0 +1,87 @@
+package agent
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"fmt"
+
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
+	"github.com/nodetrust/nodetrust/tpm"
+)
+
+// tpmJoin is the tpm attestor's side of a join: the EK, an AK made for
+// this identity, and the AK's certification of the node key.
+type tpmJoin struct {
+	t  tpmhelper.TPM
+	ek *tpmhelper.EK
+	ak tpmhelper.AttestationKey
+	// eventLog is the boot's measurement log, or nil where the TPM has
+	// none (swtpm, the simulator).
+	eventLog []byte
+}
+
+// evidence reads the EK certificate and EK, makes the AK, and has it
+// certify the node key over sha256(csr).
+func (j *tpmJoin) evidence(ctx context.Context, key crypto.Signer, csrHash []byte) (*joinv1.TpmEvidence, error) {
+	nodeKey, ok := key.(tpmhelper.NodeKey)
+	if !ok {
+		return nil, errors.New("the tpm attestor needs the node key in the TPM")
+	}
+	certs, err := j.t.EKCertificates(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the EK certificates: %w", err)
+	}
+	if j.ek, err = j.t.EK(ctx, tpm.EKAuto); err != nil {
+		return nil, fmt.Errorf("derive the EK: %w", err)
+	}
+	if j.ak, _, err = j.t.NewAK(ctx); err != nil {
+		return nil, fmt.Errorf("make the AK: %w", err)
+	}
+	attest, sig, err := j.t.Certify(ctx, j.ak, nodeKey, csrHash)
+	if err != nil {
+		return nil, fmt.Errorf("certify the node key with the AK: %w", err)
+	}
+	idx := j.ek.Kind.CertIndex()
+	return &joinv1.TpmEvidence{
+		EkCertificate:      certs[idx],
+		EkCertificateIndex: idx,
+		EkPublic:           j.ek.PublicArea,
+		AkPublic:           j.ak.PublicArea(),
+		NodeKeyPublic:      nodeKey.PublicArea(),
+		CertifyAttest:      attest,
+		CertifySignature:   sig,
+	}, nil
+}
+
+// answer activates the challenge's credential with the EK and quotes the
+// boot PCRs over its nonce.
+func (j *tpmJoin) answer(ctx context.Context, ch *joinv1.JoinChallenge) (*joinv1.ChallengeAnswer, error) {
+	secret, err := j.t.ActivateCredential(ctx, j.ak, j.ek, ch.CredentialBlob, ch.EncryptedSecret)
+	if err != nil {
+		return nil, fmt.Errorf("activate the credential: %w", err)
+	}
+	quoted, sig, values, err := j.t.Quote(ctx, j.ak, ch.Nonce, tpm.BootPCRs)
+	if err != nil {
+		return nil, fmt.Errorf("quote the boot PCRs: %w", err)
+	}
+	pcrs := make(map[uint32][]byte, len(values))
+	for i, v := range values {
+		pcrs[uint32(i)] = v
+	}
+	return &joinv1.ChallengeAnswer{
+		Round:           ch.Round,
+		ActivatedSecret: secret,
+		QuoteAttest:     quoted,
+		QuoteSignature:  sig,
+		Pcrs:            pcrs,
+		EventLog:        j.eventLog,
+	}, nil
+}
+
+func (j *tpmJoin) close() {
+	if j.ak != nil {
+		j.ak.Close()
+	}
+}

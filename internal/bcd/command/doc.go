@@ -1,0 +1,2 @@
+// Package command is the bcd command line: join and status.
+package command

@@ -1,0 +1,105 @@
+package command
+
+import (
+	"bytes"
+	"crypto/x509"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodetrust/nodetrust/internal/bcd/agent"
+	"github.com/nodetrust/nodetrust/internal/bcd/config"
+	"github.com/nodetrust/nodetrust/internal/bcd/doctor"
+	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/cli"
+	"github.com/nodetrust/nodetrust/tpm"
+)
+
+func doctorCommand() *cobra.Command {
+	var conn connFlags
+	c := &cobra.Command{
+		Use:   "doctor",
+		Short: "Check this machine's identity, config, clock and control plane, with the way back for each problem",
+		Long: `doctor runs each check and prints pass, warn or fail, and for each warning or
+failure what to do. Exit status: 0 when all pass, 3 for a warning, 1 for a failure.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var results []doctor.Result
+			cfg, cfgErr := conn.resolve()
+			cfgPath := conn.config
+			if conn.server != "" {
+				cfgPath = "the command line"
+			}
+			results = append(results, doctor.CheckConfig(cfgPath, cfgErr))
+
+			dataDir := conn.dataDir
+			if cfg != nil {
+				dataDir = cfg.DataDir
+			}
+			if dataDir != "" {
+				st, err := loadState(cmd.Context(), dataDir, cfg, conn)
+				var leaf *x509.Certificate
+				if err == nil {
+					leaf = st.Leaf
+				}
+				results = append(results, doctor.CheckIdentity(dataDir, err, leaf, timeNow()))
+			}
+			if cfg != nil {
+				results = append(results, doctor.CheckTPM(tpmFacts(cfg)))
+				offset, err := agent.ClockOffset(cmd.Context(), cfg.Server, cfg.ServerName, cfg.Pins.ServingCA)
+				results = append(results, doctor.CheckReachable(cfg.Server, err))
+				if err == nil {
+					results = append(results, doctor.CheckClock(offset, nil))
+				}
+			}
+			doctor.Print(cmd.OutOrStdout(), results)
+			if code := doctor.ExitCode(doctor.Worst(results)); code != 0 {
+				return &cli.ExitError{Code: code}
+			}
+			return nil
+		},
+	}
+	conn.register(c.Flags())
+	return c
+}
+
+// tpmFacts gathers what the TPM check judges: where the node key is, and
+// whether the [helper] user could open the TPM itself.
+func tpmFacts(cfg *config.BCD) doctor.TPMFacts {
+	f := doctor.TPMFacts{HelperUser: cfg.Helper.User}
+	keyPath := filepath.Join(cfg.DataDir, identity.FileKey)
+	if b, err := os.ReadFile(keyPath); err == nil {
+		switch {
+		case !bytes.Contains(b, []byte(tpm.KeyRecordPEMType)):
+			f.KeyWhere = "file " + keyPath
+		case cfg.Helper.Enabled():
+			f.KeyWhere = "TPM through bcd helper (" + cfg.Helper.Socket + "), record in " + keyPath
+		default:
+			f.KeyWhere = "TPM (tpm = " + cfg.TPM + "), record in " + keyPath
+		}
+	}
+	if cfg.Helper.Enabled() {
+		f.HelperUserInTSS = inGroup(cfg.Helper.User, "tss")
+	}
+	return f
+}
+
+// inGroup reports whether the user is a member of the group.
+func inGroup(userName, group string) bool {
+	u, err := user.Lookup(userName)
+	if err != nil {
+		return false
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return false
+	}
+	ids, err := u.GroupIds()
+	if err != nil {
+		return false
+	}
+	return slices.Contains(ids, g.Gid)
+}

@@ -1,0 +1,290 @@
+package command
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/internal/atomicfile"
+	"github.com/nodetrust/nodetrust/internal/bcd/agent"
+	"github.com/nodetrust/nodetrust/internal/bcd/hwclaims"
+	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/bcd/journal"
+	"github.com/nodetrust/nodetrust/internal/cli"
+	"github.com/nodetrust/nodetrust/internal/version"
+)
+
+// claimsRootEnv points hardware claims at another folder tree than the
+// host's (a development knob: tests join many nodes from one machine).
+const claimsRootEnv = "NODETRUST_DEBUG_CLAIMS_ROOT"
+
+type joinFlags struct {
+	conn                              connFlags
+	role, nodeID, tokenFile, attestor string
+	logLevel                          string
+	reset, yes                        bool
+}
+
+func joinCommand() *cobra.Command {
+	var f joinFlags
+	c := &cobra.Command{
+		Use:   "join",
+		Short: "Join the control plane and store this machine's identity",
+		Long: `join creates this machine's identity: a P-256 key and a certificate from the
+control plane. The join token comes from exactly one source: standard input,
+--token-file, or the BCD_JOIN_TOKEN environment variable — never the command line.
+
+On a machine whose identity loads, join reads no token, prints "already joined
+as …" and exits 0, so it can run on every boot.
+
+An identity that loads but no longer works (expired, revoked) makes join answer
+"already joined" forever: --reset moves it aside first. Without --yes it only
+prints what would move and exits 2.
+
+Without a config file, --server, the three pin flags and --data-dir bootstrap
+the machine from the control plane's well-known document.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				// Never echo the argument: it may be a token.
+				return cli.Usagef("bcd join takes no arguments; pass the join token on standard input, with --token-file or in %s, never on the command line", TokenEnv)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return runJoin(cmd, f) },
+	}
+	fl := c.Flags()
+	f.conn.register(fl)
+	fl.StringVar(&f.role, "role", "", "role to join as (default: role of config.toml, else the token's)")
+	fl.StringVar(&f.nodeID, "node-id", "", "node id to join as (default: the token's, or one the control plane picks)")
+	fl.StringVar(&f.tokenFile, "token-file", "", "read the join token from this file")
+	fl.StringVar(&f.attestor, "attestor", "token", "how the machine proves itself: token, or tpm (the TPM's EK; a token too for a machine the control plane does not know yet)")
+	fl.BoolVar(&f.reset, "reset", false, "move the current identity aside first (with --yes; alone it shows what would move)")
+	fl.BoolVar(&f.yes, "yes", false, "with --reset: really move the identity aside")
+	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
+	return c
+}
+
+func runJoin(cmd *cobra.Command, f joinFlags) error {
+	if f.attestor != "token" && f.attestor != "tpm" {
+		return cli.Usagef("--attestor %q is not supported; use token or tpm", f.attestor)
+	}
+	if f.yes && !f.reset {
+		return cli.Usagef("--yes goes with --reset")
+	}
+	cfg, err := f.conn.resolve()
+	if err != nil {
+		return err
+	}
+	jc := agent.JoinConfig{
+		Server:     cfg.Server,
+		ServerName: cfg.ServerName,
+		Pins:       cfg.Pins,
+		DataDir:    cfg.DataDir,
+		Role:       f.role,
+		NodeID:     f.nodeID,
+		Version:    version.Version,
+		Logger:     cli.NewLogger(cmd.ErrOrStderr(), f.logLevel),
+	}
+	if jc.Role == "" {
+		jc.Role = cfg.Role
+	}
+	if f.conn.server == "" {
+		if jc.JWK, err = cfg.ReadJWK(); err != nil {
+			return err
+		}
+	}
+	if err := checkDataDirAccess(jc.DataDir); err != nil {
+		return err
+	}
+	if f.reset {
+		if err := reset(cmd, jc.DataDir, f.yes); err != nil {
+			return err
+		}
+	}
+	t, closeTPM, err := agent.OpenTPM(cfg.TPM, helperSocket(cfg), f.attestor == "tpm", func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "bcd: warning: "+msg) })
+	if err != nil {
+		return err
+	}
+	defer closeTPM()
+	jc.TPM, jc.Attestor = t, f.attestor
+	if t != nil && f.attestor == "tpm" && !strings.HasPrefix(cfg.TPM, "tcp://") {
+		if jc.EventLog, err = readEventLog(eventLogPath); err != nil {
+			return err
+		}
+	}
+	src := tokenSource{file: f.tokenFile, stdin: cmd.InOrStdin(), terminal: isTerminal(cmd.InOrStdin()), optional: f.attestor == "tpm"}
+	src.env, src.envSet = os.LookupEnv(TokenEnv)
+	jc.Token = src.read
+	jc.Claims = hwclaims.Read(os.Getenv(claimsRootEnv))
+	jc.Waiting = func(msg string, next time.Duration) {
+		fmt.Fprintf(cmd.ErrOrStderr(), "bcd: waiting for the control plane's approval (%s); asking again in %s\n", msg, next)
+	}
+
+	underHelper := cfg.Helper.Enabled() && cli.IsRoot()
+	if underHelper {
+		jc.Record = func(signed *joinv1.SignedJoinResult) error {
+			return writeJoinRecord(cfg.Helper.HostconfigDir, signed)
+		}
+	}
+	res, err := agent.Join(cmd.Context(), jc)
+	if err != nil {
+		return err
+	}
+	id := res.State.Identity
+	verb := "joined as"
+	if res.Already {
+		verb = "already joined as"
+	} else {
+		appendJournal(cmd, jc.DataDir, journal.KindJoined, id.NodeID, fmt.Sprintf("serial %x generation %d", res.State.Leaf.SerialNumber, id.Generation))
+	}
+	if underHelper && !res.Already {
+		if err := handOver(jc.DataDir, cfg.Helper.User); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s %s (site %s, role %s); certificate valid until %s\n",
+		verb, id.NodeID, siteOrDash(id.Site), id.Role, res.State.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	return nil
+}
+
+// reset moves the identity aside (--reset --yes) or shows what would move
+// and exits 2 (--reset alone).
+func reset(cmd *cobra.Command, dir string, yes bool) error {
+	plan := identity.ResetPlan(dir)
+	out := cmd.OutOrStdout()
+	if !yes {
+		if len(plan) == 0 {
+			fmt.Fprintf(out, "nothing to move in %s\n", dir)
+		} else {
+			fmt.Fprintln(out, "bcd join --reset would move aside:")
+			for _, p := range plan {
+				fmt.Fprintf(out, "  %s\n", p)
+			}
+		}
+		return &cli.ExitError{Code: cli.ExitUsage, Err: fmt.Errorf("dry run: nothing moved; run again with --reset --yes to move these and join")}
+	}
+	var oldNode string
+	if st, err := identity.LoadState(dir, identity.LoadOptions{}); err == nil {
+		oldNode = st.Identity.NodeID
+	}
+	moved, err := identity.MoveAside(dir, time.Now())
+	if err != nil {
+		return fmt.Errorf("move the identity aside: %w", err)
+	}
+	for _, p := range moved {
+		fmt.Fprintf(out, "moved aside: %s\n", p)
+	}
+	if oldNode != "" {
+		appendJournal(cmd, dir, journal.KindReset, oldNode, fmt.Sprintf("%d files moved aside", len(moved)))
+	}
+	return nil
+}
+
+// appendJournal records an event in the node's journal; a journal that
+// cannot be written is a warning, never a failure of the identity.
+func appendJournal(cmd *cobra.Command, dir, kind, nodeID, detail string) {
+	j, err := journal.Open(dir, time.Now)
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "bcd: warning: journal: %v\n", err)
+		return
+	}
+	defer j.Close()
+	if err := j.Append(cmd.Context(), kind, nodeID, detail); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "bcd: warning: journal: %v\n", err)
+	}
+}
+
+// checkDataDirAccess refuses early, with the way forward, when the data
+// directory cannot be written by this user (the system directory needs
+// root).
+func checkDataDirAccess(dir string) error {
+	probe := dir
+	for {
+		if _, err := os.Stat(probe); err == nil {
+			break
+		}
+		parent := filepath.Dir(probe)
+		if parent == probe {
+			break
+		}
+		probe = parent
+	}
+	f, err := os.CreateTemp(probe, ".bcd-write-check-")
+	if err != nil {
+		if cli.IsRoot() {
+			return fmt.Errorf("cannot write to %s: %w", probe, err)
+		}
+		return fmt.Errorf("cannot write the identity to %s (%v): run bcd join as root, or pass --data-dir with a folder you own", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	os.Remove(name)
+	return nil
+}
+
+func siteOrDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// eventLogPath is where Linux exposes the firmware's TPM event log.
+const eventLogPath = "/sys/kernel/security/tpm0/binary_bios_measurements"
+
+// readEventLog reads the boot's measurement log; a host without one (no
+// securityfs, a TPM the firmware did not measure into) has none.
+func readEventLog(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the boot event log %s (run bcd join as root): %w", path, err)
+	}
+	return b, nil
+}
+
+// joinRecordFile is root's copy of the verified join response, which bcd
+// helper reads the node id from.
+const joinRecordFile = "join-response.pb"
+
+// writeJoinRecord writes the verified, signed join response to dir
+// (0700) as join-response.pb (0600), before the identity is stored.
+func writeJoinRecord(dir string, signed *joinv1.SignedJoinResult) error {
+	b, err := proto.Marshal(signed)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, joinRecordFile), b, 0o600)
+}
+
+// handOver gives the identity's files to the [helper] user so the
+// unprivileged bcd node can read them. Lchown: a name swapped for a
+// symlink changes only the link, never what it points at.
+func handOver(dir, userName string) error {
+	uid, gid, err := lookupUser(userName)
+	if err != nil {
+		return err
+	}
+	names := []string{"", identity.FileIdentity, identity.FileKey, identity.FileJournal, identity.FileJournal + "-wal", identity.FileJournal + "-shm"}
+	for _, n := range names {
+		p := filepath.Join(dir, n)
+		if err := os.Lchown(p, int(uid), int(gid)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("hand %s to the [helper] user %s: %w", p, userName, err)
+		}
+	}
+	return nil
+}

@@ -1,2 +1,0 @@
-// Package bcdcli is the bcd command line: join and status.
-package bcdcli

@@ -1,0 +1,196 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nodetrust/nodetrust/internal/tomlfile"
+)
+
+// Fleetd is fleetd.toml.
+type Fleetd struct {
+	// PKIDir holds the files `fleetd init` wrote.
+	PKIDir string `toml:"pki_dir"`
+	// DataDir holds the embedded store and other state.
+	DataDir string `toml:"data_dir"`
+	// Listen is the gRPC address (JoinService, Gateway, Admin).
+	Listen string `toml:"listen"`
+	// HTTPListen serves /.well-known/nodetrust.json over HTTPS; empty
+	// disables it.
+	HTTPListen string `toml:"http_listen"`
+	// NodeCertLifetime is the lifetime of node certificates; at most 24h.
+	NodeCertLifetime Duration `toml:"node_cert_lifetime"`
+	// TokenTTL is the default lifetime of join tokens; MaxTokenTTL caps
+	// what `fleetd token create --ttl` may ask for.
+	TokenTTL    Duration `toml:"token_ttl"`
+	MaxTokenTTL Duration `toml:"max_token_ttl"`
+	// RenewalLimit renewals per node are allowed in any RenewalWindow
+	// (default 6 per hour).
+	RenewalLimit  int      `toml:"renewal_limit"`
+	RenewalWindow Duration `toml:"renewal_window"`
+	// RamdiskRoles name roles whose certificates live at most 2h
+	// (default ["ramdisk"]).
+	RamdiskRoles []string `toml:"ramdisk_roles"`
+	// PendingPoll is how often a node waiting for approval polls.
+	PendingPoll Duration `toml:"pending_poll"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level"`
+	Store    Store  `toml:"store"`
+	TPM      TPM    `toml:"tpm"`
+
+	// path is the file this was read from; relative paths resolve
+	// against its directory.
+	path string
+}
+
+// TPM configures the tpm attestor.
+type TPM struct {
+	// EKRoots are PEM files of TPM manufacturers' root certificates an EK
+	// certificate must chain to; none means only EKs already pinned for a
+	// node can join with the tpm attestor.
+	EKRoots []string `toml:"ek_roots"`
+	// EKIntermediates are PEM files of manufacturer intermediates.
+	EKIntermediates []string `toml:"ek_intermediates"`
+	// ChallengeTTL is how long a challenge round may be answered.
+	ChallengeTTL Duration `toml:"challenge_ttl"`
+}
+
+// Store selects the control plane's store.
+type Store struct {
+	// Driver is "sqlite" (the default).
+	Driver string `toml:"driver"`
+	// Path is the SQLite file; default <data_dir>/fleetd.db.
+	Path string `toml:"path"`
+}
+
+// Limits on node certificate lifetimes (DESIGN.md section 2).
+const (
+	MaxNodeCertLifetime = 24 * time.Hour
+	MinNodeCertLifetime = 2 * time.Second
+)
+
+// LoadFleetd reads and validates fleetd.toml.
+func LoadFleetd(path string) (*Fleetd, error) {
+	var c Fleetd
+	if err := tomlfile.Decode(path, &c); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("%w (write one, or start a development server with 'fleetd dev')", err)
+		}
+		return nil, err
+	}
+	c.path = path
+	c.applyDefaults()
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &c, nil
+}
+
+func (c *Fleetd) applyDefaults() {
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:8443"
+	}
+	if c.NodeCertLifetime.Duration == 0 {
+		c.NodeCertLifetime.Duration = MaxNodeCertLifetime
+	}
+	if c.TokenTTL.Duration == 0 {
+		c.TokenTTL.Duration = time.Hour
+	}
+	if c.MaxTokenTTL.Duration == 0 {
+		c.MaxTokenTTL.Duration = 30 * 24 * time.Hour
+	}
+	if c.RenewalLimit == 0 {
+		c.RenewalLimit = 6
+	}
+	if c.RenewalWindow.Duration == 0 {
+		c.RenewalWindow.Duration = time.Hour
+	}
+	if c.RamdiskRoles == nil {
+		c.RamdiskRoles = []string{"ramdisk"}
+	}
+	if c.TPM.ChallengeTTL.Duration == 0 {
+		c.TPM.ChallengeTTL.Duration = time.Minute
+	}
+	if c.PendingPoll.Duration == 0 {
+		c.PendingPoll.Duration = 2 * time.Second
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.Store.Driver == "" {
+		c.Store.Driver = "sqlite"
+	}
+	if c.Store.Path == "" && c.DataDir != "" {
+		c.Store.Path = filepath.Join(c.DataDir, "fleetd.db")
+	}
+}
+
+// Validate reports the first invalid setting by name.
+func (c *Fleetd) Validate() error {
+	if c.PKIDir == "" {
+		return errors.New("pki_dir is required: the folder 'fleetd init --dir' wrote")
+	}
+	if c.DataDir == "" {
+		return errors.New("data_dir is required: a folder for the store")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen: want host:port: %w", err)
+	}
+	if c.HTTPListen != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
+			return fmt.Errorf("http_listen: want host:port: %w", err)
+		}
+	}
+	if d := c.NodeCertLifetime.Duration; d < MinNodeCertLifetime || d > MaxNodeCertLifetime {
+		return fmt.Errorf("node_cert_lifetime: %s is outside %s..%s", d, MinNodeCertLifetime, MaxNodeCertLifetime)
+	}
+	if c.TokenTTL.Duration <= 0 || c.TokenTTL.Duration > c.MaxTokenTTL.Duration {
+		return fmt.Errorf("token_ttl: %s must be positive and at most max_token_ttl (%s)", c.TokenTTL.Duration, c.MaxTokenTTL.Duration)
+	}
+	if c.RenewalLimit < 1 {
+		return fmt.Errorf("renewal_limit: %d must be at least 1", c.RenewalLimit)
+	}
+	if c.RenewalWindow.Duration <= 0 {
+		return errors.New("renewal_window must be positive")
+	}
+	if c.PendingPoll.Duration < time.Second {
+		return fmt.Errorf("pending_poll: %s is shorter than the 1s nodes wait at least", c.PendingPoll.Duration)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if c.Store.Driver != "sqlite" {
+		return fmt.Errorf("store.driver: %q is not supported (use \"sqlite\")", c.Store.Driver)
+	}
+	return nil
+}
+
+// Resolve makes a path from the file relative to the file's folder.
+func (c *Fleetd) Resolve(p string) string {
+	if p == "" || filepath.IsAbs(p) || c.path == "" {
+		return p
+	}
+	return filepath.Join(filepath.Dir(c.path), p)
+}
+
+// AdminAddress is the address admin commands dial: Listen, with an
+// unspecified host replaced by loopback.
+func (c *Fleetd) AdminAddress() string {
+	host, port, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return c.Listen
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
+
+// Duration is a duration setting, written as a Go duration string ("24h").
+type Duration = tomlfile.Duration

@@ -1,0 +1,283 @@
+package service
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
+	"github.com/nodetrust/nodetrust/pki"
+)
+
+// The benchmarks of the server's hot paths run the handlers in process,
+// without TLS, on a real PKI (pki.Init) and a real SQLite store in
+// b.TempDir(): what a join or a renewal costs the server beyond the
+// handshake. The load tool (cmd/nodetrust-load) measures the whole.
+
+const benchTrustDomain = "bench.nodetrust.test"
+
+// processCPU is this process's CPU time, all threads.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process's CPU time per operation since start
+// ("cpu-ns/op"), beside the wall time per operation: the difference is
+// time spent waiting, mostly for the store's fdatasync.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
+}
+
+// benchServer returns a Server on a new PKI and SQLite store.
+func benchServer(b *testing.B) *Server {
+	b.Helper()
+	dir := b.TempDir()
+	if _, err := pki.Init(filepath.Join(dir, "pki"), pki.InitOptions{TrustDomain: benchTrustDomain, ServerName: "fleetd.bench"}); err != nil {
+		b.Fatal(err)
+	}
+	auth, err := pki.LoadAuthority(filepath.Join(dir, "pki"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "fleetd.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	s, err := New(Config{Authority: auth, Store: st, RenewalLimit: 1 << 30})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+// benchJoin is a prepared token join: a stored token, and a request with
+// its own key, CSR and hardware claims and the token sealed to the CSR.
+type benchJoin struct {
+	key     *ecdsa.PrivateKey
+	csrHash []byte
+	req     *joinv1.JoinRequest
+}
+
+func prepareJoins(b *testing.B, s *Server, n int) []benchJoin {
+	b.Helper()
+	ctx := context.Background()
+	pub := s.cfg.Authority.JoinEncryption.Public()
+	out := make([]benchJoin, n)
+	for i := range out {
+		secret, hash, id, err := NewToken()
+		if err != nil {
+			b.Fatal(err)
+		}
+		now := time.Now()
+		if err := s.cfg.Store.CreateToken(ctx, store.Token{ID: id, Hash: hash, Role: "worker", CreatedBy: "bench",
+			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			b.Fatal(err)
+		}
+		key, err := pki.GenerateKey()
+		if err != nil {
+			b.Fatal(err)
+		}
+		csr, err := pki.CreateCSR(key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := sha256.Sum256(csr)
+		sealed, err := pki.SealToken(pub, h[:], []byte(secret))
+		if err != nil {
+			b.Fatal(err)
+		}
+		uuid := make([]byte, 16)
+		_, _ = rand.Read(uuid)
+		out[i] = benchJoin{key: key, csrHash: h[:], req: &joinv1.JoinRequest{
+			Csr: csr, Attestor: "token", SealedToken: sealed, DaemonVersion: "bench",
+			Claims: &joinv1.HardwareClaims{ProductUuid: hex.EncodeToString(uuid), Hostname: fmt.Sprintf("bench-%s-%d", id, i)},
+		}}
+	}
+	return out
+}
+
+// BenchmarkJoin is JoinService.Join on a prepared sealed request, TLS
+// excluded: CSR check, HPKE open, token and reclaim look-ups, leaf
+// issuance, the join's store transaction, the signed answer and the audit
+// entry. Parallel runs GOMAXPROCS joins at once, as a busy server does.
+func BenchmarkJoin(b *testing.B) {
+	b.Run("serial", func(b *testing.B) {
+		s := benchServer(b)
+		joins := prepareJoins(b, s, b.N)
+		j := &joinService{s: s}
+		ctx := context.Background()
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu := processCPU()
+		for i := 0; i < b.N; i++ {
+			resp, err := j.Join(ctx, joins[i].req)
+			if err != nil || resp.GetSigned() == nil {
+				b.Fatalf("join %d: %v", i, err)
+			}
+		}
+		reportCPU(b, cpu)
+	})
+	b.Run("parallel", func(b *testing.B) {
+		s := benchServer(b)
+		joins := prepareJoins(b, s, b.N)
+		j := &joinService{s: s}
+		ctx := context.Background()
+		var next atomic.Int64
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu := processCPU()
+		defer func() { reportCPU(b, cpu) }()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				i := next.Add(1) - 1
+				resp, err := j.Join(ctx, joins[i].req)
+				if err != nil || resp.GetSigned() == nil {
+					b.Errorf("join %d: %v", i, err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// benchNode is a joined node as the renewal benchmark renews it.
+type benchNode struct {
+	caller *authedNode
+	chain  [][]byte
+	key    *ecdsa.PrivateKey
+}
+
+// joinNodes joins n nodes and returns them authenticated by their first
+// certificate, as a session's caller is.
+func joinNodes(b *testing.B, s *Server, n int) []*benchNode {
+	b.Helper()
+	ctx := context.Background()
+	j := &joinService{s: s}
+	var out []*benchNode
+	for _, bj := range prepareJoins(b, s, n) {
+		resp, err := j.Join(ctx, bj.req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		opened, err := pki.OpenJoinResponse(resp.GetSigned(), pki.Expect{SigningKeyPin: s.cfg.Authority.Bundle.JoinSigningKeyPin,
+			CSRSHA256: bj.csrHash, PublicKey: bj.key.Public()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		caller, err := s.checkNodeCert(ctx, opened.Leaf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, &benchNode{caller: caller, chain: opened.Result.Chain, key: bj.key})
+	}
+	return out
+}
+
+// BenchmarkRenewVerify is the server's renewal path as a session runs
+// it, TLS and the stream excluded: chain and store checks of the current
+// certificate, the proof of possession, the CSR, the renewal limit, leaf
+// issuance, the store write and the signed answer. Renewals rotate over
+// up to 200 nodes, a few per node, each with a new key and a proof by the
+// node's current one, made before the timer starts.
+func BenchmarkRenewVerify(b *testing.B) {
+	s := benchServer(b)
+	nodes := joinNodes(b, s, min(b.N, 200))
+	type prepared struct {
+		csr   []byte
+		t     int64
+		proof []byte
+	}
+	reqs := make([]prepared, b.N)
+	for i := range reqs {
+		n := nodes[i%len(nodes)]
+		key, err := pki.GenerateKey()
+		if err != nil {
+			b.Fatal(err)
+		}
+		csr, err := pki.CreateCSR(key)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := sha256.Sum256(csr)
+		t := time.Now().UnixNano()
+		proof, err := pki.SignRenewProof(n.key, h[:], t)
+		if err != nil {
+			b.Fatal(err)
+		}
+		reqs[i] = prepared{csr: csr, t: t, proof: proof}
+		n.key = key
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := processCPU()
+	defer func() { reportCPU(b, cpu) }()
+	for i := 0; i < b.N; i++ {
+		n := nodes[i%len(nodes)]
+		r := reqs[i]
+		signed, rerr := s.renew(ctx, n.caller, &joinv1.RenewRequest{Csr: r.csr, Chain: n.chain, ClientTimeUnixNano: r.t, Proof: r.proof})
+		if rerr != nil {
+			b.Fatalf("renewal %d: %v", i, rerr)
+		}
+		// The next renewal of this node presents the certificate just
+		// issued, as a node does.
+		var res joinv1.JoinResult
+		if err := proto.Unmarshal(signed.Payload, &res); err != nil {
+			b.Fatal(err)
+		}
+		n.chain = res.Chain
+	}
+}
+
+// BenchmarkRenewChecks isolates the checks a renewal makes of the
+// certificate it renews before any signing: parse and chain verification
+// of the presented chain, and the store look-ups of checkNodeCert.
+func BenchmarkRenewChecks(b *testing.B) {
+	s := benchServer(b)
+	n := joinNodes(b, s, 1)[0]
+	ctx := context.Background()
+	roots := x509.NewCertPool()
+	roots.AddCert(s.cfg.Authority.Root)
+	b.Run("chain", func(b *testing.B) {
+		for b.Loop() {
+			leaf, err := x509.ParseCertificate(n.chain[0])
+			if err != nil {
+				b.Fatal(err)
+			}
+			inter := x509.NewCertPool()
+			c, err := x509.ParseCertificate(n.chain[1])
+			if err != nil {
+				b.Fatal(err)
+			}
+			inter.AddCert(c)
+			if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("store", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.checkNodeCert(ctx, n.caller.leaf); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,473 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/pki"
+)
+
+// JoinRefused is the one message every refused join gets on the wire.
+const JoinRefused = "Join refused"
+
+// Limits on what an unauthenticated caller may send.
+const (
+	maxCSRBytes   = 4 << 10
+	maxClaimBytes = 256
+	maxClaimItems = 64
+)
+
+type joinService struct {
+	joinv1.UnimplementedJoinServiceServer
+	s *Server
+}
+
+// refusal is a join refusal: the reason stays on the server.
+type refusal struct {
+	reason string
+	// audit is set when the caller proved something (a token opened), so
+	// the refusal is worth an audit entry; refusals of unauthenticated
+	// garbage are only logged and counted.
+	audit   bool
+	tokenID string
+}
+
+func (r *refusal) Error() string { return r.reason }
+
+func refuse(format string, args ...any) *refusal {
+	return &refusal{reason: fmt.Sprintf(format, args...)}
+}
+
+func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv1.JoinResponse, error) {
+	reqID := newRequestID()
+	resp, err := j.join(ctx, req)
+	if err == nil {
+		outcome := "signed"
+		switch resp.Result.(type) {
+		case *joinv1.JoinResponse_Challenge:
+			outcome = "challenge"
+		case *joinv1.JoinResponse_Pending:
+			outcome = "pending"
+		}
+		j.s.metrics.join(req.Attestor, outcome)
+		return resp, nil
+	}
+	var r *refusal
+	if !errors.As(err, &r) {
+		// An internal failure: the caller may retry.
+		j.s.metrics.join(req.Attestor, "failed")
+		j.s.log.ErrorContext(ctx, "join failed", keyRequestID, reqID, slog.Any("error", err))
+		return nil, status.Error(codes.Unavailable, "join could not be completed; retry later (request "+reqID+")")
+	}
+	j.s.metrics.join(req.Attestor, "refused")
+	j.s.log.WarnContext(ctx, "join refused", keyRequestID, reqID, keyReason, r.reason,
+		keyTokenID, r.tokenID, keyHostname, capClaim(req.GetClaims().GetHostname()),
+		keyPeer, peerAddr(ctx))
+	if r.audit {
+		_ = j.s.cfg.Store.AppendAudit(ctx, store.AuditEvent{
+			Time: j.s.cfg.Now(), Actor: "join", Action: "join.refused",
+			Subject: "token:" + r.tokenID, Detail: r.reason + " (request " + reqID + ")",
+		})
+	}
+	return nil, status.Error(codes.PermissionDenied, JoinRefused)
+}
+
+func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv1.JoinResponse, error) {
+	if len(req.Csr) == 0 || len(req.Csr) > maxCSRBytes {
+		return nil, refuse("CSR missing or larger than %d bytes", maxCSRBytes)
+	}
+	csr, err := pki.ParseCSR(req.Csr)
+	if err != nil {
+		return nil, refuse("bad CSR: %v", err)
+	}
+	csrHash := sha256.Sum256(req.Csr)
+	switch req.Attestor {
+	case "token":
+		return j.joinToken(ctx, req, csr, csrHash[:])
+	case "tpm":
+		return j.joinTPM(ctx, req, csr, csrHash[:])
+	case "":
+		return nil, refuse("no attestor named")
+	default:
+		return nil, refuse("attestor %q is not supported", capClaim(req.Attestor))
+	}
+}
+
+// openedToken is a join token that opened for this request, and the
+// refusal to use once its id is known (audited, since it proved a token).
+type openedToken struct {
+	tok  store.Token
+	hash []byte
+}
+
+func (o *openedToken) deny(format string, args ...any) error {
+	r := refuse(format, args...)
+	r.audit, r.tokenID = true, o.tok.ID
+	return r
+}
+
+// openToken opens the sealed token of req for csrHash and checks it may
+// join: unused, unexpired, for the role asked and the node id asked.
+func (j *joinService) openToken(ctx context.Context, req *joinv1.JoinRequest, csrHash []byte) (*openedToken, error) {
+	s := j.s
+	secret, err := s.cfg.Authority.JoinEncryption.OpenToken(csrHash, req.SealedToken)
+	if err != nil {
+		return nil, refuse("sealed token does not open for this CSR: %v", err)
+	}
+	hash := sha256.Sum256(secret)
+	clear(secret)
+	tok, err := s.cfg.Store.TokenByHash(ctx, hash[:])
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, refuse("unknown token")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up token: %w", err)
+	}
+	o := &openedToken{tok: tok, hash: hash[:]}
+	now := s.cfg.Now()
+	switch {
+	case !tok.UsedAt.IsZero():
+		return nil, o.deny("token already used by node %s at %s", tok.UsedBy, tok.UsedAt.UTC().Format(time.RFC3339))
+	case !now.Before(tok.ExpiresAt):
+		return nil, o.deny("token expired at %s", tok.ExpiresAt.UTC().Format(time.RFC3339))
+	case req.Role != "" && req.Role != tok.Role:
+		return nil, o.deny("token is for role %q, the request asks for role %q", tok.Role, capClaim(req.Role))
+	}
+	if req.NodeId != "" {
+		if err := pki.ValidNodeID(req.NodeId); err != nil {
+			return nil, o.deny("requested node id: %v", err)
+		}
+		if tok.NodeID != "" && tok.NodeID != req.NodeId {
+			return nil, o.deny("token is for node %q, the request asks for node %q", tok.NodeID, req.NodeId)
+		}
+	}
+	return o, nil
+}
+
+func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
+	s := j.s
+	o, err := j.openToken(ctx, req, csrHash)
+	if err != nil {
+		return nil, err
+	}
+	tok := o.tok
+	if req.DeferralId != "" && !tok.RequireApproval {
+		return nil, o.deny("a deferral id for a token that needs no approval")
+	}
+	now := s.cfg.Now()
+	claims := claimsFrom(req.Claims)
+	asked := req.NodeId
+	var pending store.Pending
+	if req.DeferralId != "" {
+		pending, err = s.cfg.Store.GetPending(ctx, req.DeferralId)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return nil, o.deny("unknown deferral")
+		case err != nil:
+			return nil, fmt.Errorf("look up deferral: %w", err)
+		case !bytes.Equal(pending.CSRHash, csrHash) || !bytes.Equal(pending.TokenHash, o.hash):
+			return nil, o.deny("the deferral belongs to another request")
+		case !now.Before(pending.ExpiresAt):
+			return nil, o.deny("the pending join expired at %s", pending.ExpiresAt.UTC().Format(time.RFC3339))
+		}
+		asked = pending.NodeID
+	}
+
+	nodeID, reclaim, gen, err := j.chooseNode(ctx, tok, asked, claims)
+	if err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			return nil, o.deny("%s", r.reason)
+		}
+		return nil, err
+	}
+
+	if tok.RequireApproval {
+		if pending.ID == "" {
+			pending = store.Pending{
+				ID: randomHex(16), TokenHash: o.hash, TokenID: tok.ID, CSRHash: csrHash,
+				NodeID: nodeID, Role: tok.Role, Site: tok.Site, Claims: claims,
+				CreatedAt: now, ExpiresAt: tok.ExpiresAt,
+			}
+			if err := s.cfg.Store.CreatePending(ctx, pending); err != nil {
+				return nil, fmt.Errorf("store pending join of node %s: %w", nodeID, err)
+			}
+			s.log.InfoContext(ctx, "join waiting for approval", keyNodeID, nodeID, keyTokenID, tok.ID, keyPeer, peerAddr(ctx))
+		}
+		if pending.NodeID != nodeID {
+			return nil, o.deny("the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
+		}
+		if pending.ApprovedAt.IsZero() {
+			return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
+				DeferralId:   pending.ID,
+				RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
+				Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", nodeID, nodeID),
+			}}}, nil
+		}
+	}
+	return j.issue(ctx, issuance{
+		token: o, pendingID: pending.ID, nodeID: nodeID, reclaim: reclaim, gen: gen,
+		role: tok.Role, site: tok.Site, attestor: "token", claims: claims,
+		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
+	})
+}
+
+// issuance is everything a successful join decided.
+type issuance struct {
+	token      *openedToken // nil for a tpm join of a known EK
+	pendingID  string
+	nodeID     string
+	reclaim    bool
+	gen        uint64
+	role, site string
+	attestor   string
+	claims     store.Claims
+	ekPin      string
+	akName     []byte
+	csr        *x509.CertificateRequest
+	csrHash    []byte
+
+	daemonVersion string
+}
+
+// issue signs the node certificate, records the join (spending the token
+// and removing the pending join, if any) and signs the answer.
+func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinResponse, error) {
+	s := j.s
+	now := s.cfg.Now()
+	lifetime := s.lifetimeFor(in.role)
+	leaf, err := s.cfg.Authority.Issuer.Issue(pki.LeafRequest{
+		PublicKey: in.csr.PublicKey,
+		NodeID:    in.nodeID,
+		Role:      in.role,
+		Site:      in.site,
+		TPMAKName: in.akName,
+		NotBefore: now.Add(-backdate(lifetime)),
+		NotAfter:  now.Add(lifetime),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("issue certificate for node %s: %w", in.nodeID, err)
+	}
+	serial := serialHex(leaf)
+	actor := "ek:" + in.ekPin
+	var tokenHash []byte
+	if in.token != nil {
+		actor, tokenHash = "token:"+in.token.tok.ID, in.token.hash
+	}
+	err = s.cfg.Store.CompleteJoin(ctx, store.Join{
+		TokenHash: tokenHash,
+		PendingID: in.pendingID,
+		Now:       now,
+		Reclaim:   in.reclaim,
+		Node: store.Node{
+			ID: in.nodeID, SPIFFEID: pki.NodeSPIFFEID(s.cfg.Authority.TrustDomain, in.nodeID), Role: in.role, Site: in.site,
+			State: store.StateActive, Generation: in.gen, Attestor: in.attestor,
+			Claims: in.claims, DaemonVersion: capClaim(in.daemonVersion),
+			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter, EKPin: in.ekPin,
+		},
+		Cert: store.Cert{Serial: serial, NodeID: in.nodeID, Generation: in.gen, Kind: "join", IssuedAt: now, NotAfter: leaf.NotAfter},
+		Audit: &store.AuditEvent{Time: now, Actor: actor, Action: "join", Subject: in.nodeID,
+			Detail: fmt.Sprintf("attestor %s serial %s generation %d reclaim %t", in.attestor, serial, in.gen, in.reclaim)},
+	})
+	if errors.Is(err, store.ErrConflict) {
+		if in.token != nil {
+			return nil, in.token.deny("token or node id was taken by a concurrent join")
+		}
+		return nil, refuse("node %s changed during the join", in.nodeID)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("record join of node %s: %w", in.nodeID, err)
+	}
+	signed, err := s.signResult(in.csrHash, leaf, in.nodeID, in.role, in.site, in.gen)
+	if err != nil {
+		return nil, err
+	}
+	s.log.InfoContext(ctx, "node joined", keyNodeID, in.nodeID, "attestor", in.attestor, "actor", actor,
+		"serial", serial, "reclaim", in.reclaim, "generation", in.gen, keyPeer, peerAddr(ctx))
+	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Signed{Signed: signed}}, nil
+}
+
+// chooseNode decides which node a token join makes or reclaims, following
+// the reclaim rules: a machine the control plane already knows (same
+// product UUID or serial) needs a token that allows reclaim.
+func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked string, claims store.Claims) (id string, reclaim bool, gen uint64, err error) {
+	st := j.s.cfg.Store
+	var known []store.Node
+	if claims.ProductUUID != "" || len(claims.Serials) > 0 {
+		known, err = st.NodesByClaims(ctx, claims.ProductUUID, claims.Serials)
+		if err != nil {
+			return "", false, 0, fmt.Errorf("look up nodes by claims: %w", err)
+		}
+	}
+	want := tok.NodeID
+	if want == "" {
+		want = asked
+	}
+	if len(known) > 0 {
+		old := known[0]
+		if !tok.AllowReclaim {
+			return "", false, 0, refuse("machine is already known as node %s (same product UUID or serial); the token does not allow reclaim", old.ID)
+		}
+		if want != "" && want != old.ID {
+			return "", false, 0, refuse("machine is known as node %s, the join asks for node %s", old.ID, want)
+		}
+		return old.ID, true, old.Generation + 1, nil
+	}
+	if want != "" {
+		old, err := st.GetNode(ctx, want)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return j.newNode(ctx, want)
+		case err != nil:
+			return "", false, 0, fmt.Errorf("look up node %s: %w", want, err)
+		case tok.AllowReclaim && tok.NodeID == want:
+			return want, true, old.Generation + 1, nil
+		default:
+			return "", false, 0, refuse("node id %s is taken by another machine", want)
+		}
+	}
+	base := nodeIDFromHostname(claims.Hostname)
+	if _, err := st.GetNode(ctx, base); errors.Is(err, store.ErrNotFound) {
+		return j.newNode(ctx, base)
+	} else if err != nil {
+		return "", false, 0, fmt.Errorf("look up node %s: %w", base, err)
+	}
+	return j.newNode(ctx, base+"-"+randomHex(3))
+}
+
+// newNode is chooseNode's answer for a new node id: its generation starts
+// above any the id had before, a deleted node's included, so that the old
+// certificates stay dead.
+func (j *joinService) newNode(ctx context.Context, id string) (string, bool, uint64, error) {
+	gen, err := j.s.cfg.Store.NextGeneration(ctx, id)
+	if err != nil {
+		return "", false, 0, fmt.Errorf("next generation of node %s: %w", id, err)
+	}
+	return id, false, gen, nil
+}
+
+func (s *Server) signResult(csrHash []byte, leaf *x509.Certificate, nodeID, role, site string, gen uint64) (*joinv1.SignedJoinResult, error) {
+	a := s.cfg.Authority
+	chain := make([][]byte, 0, 1+len(a.Issuer.Chain()))
+	chain = append(chain, leaf.Raw)
+	for _, c := range a.Issuer.Chain() {
+		chain = append(chain, c.Raw)
+	}
+	res := &joinv1.JoinResult{
+		CsrSha256:          csrHash,
+		Chain:              chain,
+		Roots:              [][]byte{a.Root.Raw},
+		NodeId:             nodeID,
+		SpiffeId:           pki.NodeSPIFFEID(a.TrustDomain, nodeID),
+		TrustDomain:        a.TrustDomain,
+		Role:               role,
+		Site:               site,
+		IdentityGeneration: gen,
+		ServerTimeUnixNano: s.cfg.Now().UnixNano(),
+	}
+	signed, err := pki.SignJoinResult(a.JoinSigner, res)
+	if err != nil {
+		return nil, fmt.Errorf("sign join result for node %s: %w", nodeID, err)
+	}
+	return signed, nil
+}
+
+// nodeIDFromHostname makes a valid node id from a claimed hostname.
+func nodeIDFromHostname(h string) string {
+	h = strings.ToLower(h)
+	if i := strings.IndexByte(h, '.'); i > 0 {
+		h = h[:i]
+	}
+	var b strings.Builder
+	for _, r := range h {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9', r == '-':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+		if b.Len() >= 40 {
+			break
+		}
+	}
+	id := strings.Trim(b.String(), "-")
+	if id == "" {
+		id = "node"
+	}
+	return id
+}
+
+func claimsFrom(c *joinv1.HardwareClaims) store.Claims {
+	if c == nil {
+		return store.Claims{}
+	}
+	var serials []string
+	for _, s := range []string{c.ProductSerial, c.BoardSerial, c.ChassisSerial} {
+		if s != "" {
+			serials = append(serials, capClaim(s))
+		}
+	}
+	return store.Claims{
+		ProductUUID: strings.ToLower(capClaim(c.ProductUuid)),
+		Serials:     serials,
+		MACs:        capList(c.Macs),
+		GPUUUIDs:    capList(c.GpuUuids),
+		Hostname:    capClaim(c.Hostname),
+		BootID:      capClaim(c.BootId),
+	}
+}
+
+// capClaim bounds an untrusted string before it is stored or logged.
+func capClaim(s string) string {
+	if len(s) > maxClaimBytes {
+		s = s[:maxClaimBytes]
+	}
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "?")
+	}
+	return s
+}
+
+func capList(in []string) []string {
+	if len(in) > maxClaimItems {
+		in = in[:maxClaimItems]
+	}
+	out := make([]string, 0, len(in))
+	for _, s := range in {
+		out = append(out, capClaim(s))
+	}
+	return out
+}
+
+func serialHex(c *x509.Certificate) string { return hex.EncodeToString(c.SerialNumber.Bytes()) }
+
+func newRequestID() string { return randomHex(8) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func peerAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return ""
+}

@@ -1,0 +1,116 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/pki"
+)
+
+// authedNode is a node authenticated by its certificate on this call.
+type authedNode struct {
+	leaf *x509.Certificate
+	info pki.NodeCertInfo
+	node store.Node
+	cert store.Cert
+	// issued is the last certificate this server issued to the caller on
+	// this connection, and what it says; a renewal that presents it needs
+	// no chain check.
+	issued     *x509.Certificate
+	issuedInfo pki.NodeCertInfo
+}
+
+// knownNode returns the caller as the owner of der when der is the
+// certificate this connection proved or was issued, else nil.
+func (a *authedNode) knownNode(der []byte) *authedNode {
+	switch {
+	case bytes.Equal(der, a.leaf.Raw):
+		return a
+	case a.issued != nil && bytes.Equal(der, a.issued.Raw):
+		return &authedNode{leaf: a.issued, info: a.issuedInfo, node: a.node}
+	}
+	return nil
+}
+
+// known returns the caller's TLS certificate or the one issued to it on
+// this connection when der is one of them, else nil.
+func (a *authedNode) known(der []byte) *x509.Certificate {
+	if bytes.Equal(der, a.leaf.Raw) {
+		return a.leaf
+	}
+	if a.issued != nil && bytes.Equal(der, a.issued.Raw) {
+		return a.issued
+	}
+	return nil
+}
+
+// errUnauthenticated is what a node with a dead certificate is told.
+func errUnauthenticated(why string) error {
+	return status.Error(codes.Unauthenticated, "node certificate refused: "+why)
+}
+
+// nodeFromPeer authenticates the caller by the node certificate of its
+// TLS connection: it must chain to the node CA (checked in the handshake),
+// be recorded, unrevoked, and of the node's current identity generation.
+func (s *Server) nodeFromPeer(ctx context.Context) (*authedNode, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil, errUnauthenticated("no peer")
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return nil, errUnauthenticated("not TLS")
+	}
+	for _, chain := range ti.State.VerifiedChains {
+		if len(chain) >= 2 && chain[1].Equal(s.cfg.Authority.NodeCA) {
+			return s.checkNodeCert(ctx, chain[0])
+		}
+	}
+	return nil, errUnauthenticated("no node certificate: this call needs the node's certificate (mutual TLS)")
+}
+
+// checkNodeCert checks a node certificate against the store.
+func (s *Server) checkNodeCert(ctx context.Context, leaf *x509.Certificate) (*authedNode, error) {
+	info, err := pki.ParseNodeCert(leaf)
+	if err != nil {
+		return nil, errUnauthenticated(err.Error())
+	}
+	if info.TrustDomain != s.cfg.Authority.TrustDomain {
+		return nil, errUnauthenticated("trust domain " + info.TrustDomain)
+	}
+	serial := serialHex(leaf)
+	cert, err := s.cfg.Store.GetCert(ctx, serial)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errUnauthenticated("unknown certificate " + serial)
+	}
+	if err != nil {
+		return nil, s.storeError(ctx, "get certificate", err)
+	}
+	if !cert.RevokedAt.IsZero() {
+		return nil, errUnauthenticated(fmt.Sprintf("certificate %s was revoked (%s)", serial, cert.RevokedReason))
+	}
+	node, err := s.cfg.Store.GetNode(ctx, info.NodeID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errUnauthenticated("node " + info.NodeID + " does not exist")
+	}
+	if err != nil {
+		return nil, s.storeError(ctx, "get node", err)
+	}
+	if cert.NodeID != node.ID || cert.Generation != node.Generation {
+		return nil, errUnauthenticated(fmt.Sprintf("certificate of identity generation %d, the node is at %d", cert.Generation, node.Generation))
+	}
+	switch node.State {
+	case store.StateRevoked, store.StateRetired:
+		return nil, errUnauthenticated("node " + node.ID + " is " + node.State)
+	}
+	return &authedNode{leaf: leaf, info: info, node: node, cert: cert}, nil
+}

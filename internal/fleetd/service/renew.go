@@ -1,0 +1,248 @@
+package service
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/sha256"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/pki"
+)
+
+// maxClockSkew bounds how far a renewal's client time may be from ours.
+const maxClockSkew = 5 * time.Minute
+
+// renewError is a refused renewal: a wire code, a message for the node,
+// and for RESOURCE_EXHAUSTED how long to wait.
+type renewError struct {
+	code     codes.Code
+	msg      string
+	pushback time.Duration
+}
+
+func (e *renewError) Error() string { return e.msg }
+
+func renewRefused(code codes.Code, format string, args ...any) *renewError {
+	return &renewError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// status converts e for a unary reply, with the pushback trailer.
+func (e *renewError) status(ctx context.Context) error {
+	if e.pushback > 0 {
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(e.pushback.Milliseconds(), 10)))
+	}
+	return status.Error(e.code, e.msg)
+}
+
+// Renew is the unary form of a renewal, for a node without a live session.
+func (j *joinService) Renew(ctx context.Context, req *joinv1.RenewRequest) (*joinv1.RenewResponse, error) {
+	caller, err := j.s.nodeFromPeer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	signed, rerr := j.s.renew(ctx, caller, req)
+	if rerr != nil {
+		return nil, rerr.status(ctx)
+	}
+	return &joinv1.RenewResponse{Signed: signed}, nil
+}
+
+// renew checks a renewal from an authenticated caller and issues the next
+// certificate (seed 000, "Renewal"; DESIGN.md section 3), and counts the
+// outcome.
+func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, *renewError) {
+	signed, rerr := s.renewOnce(ctx, caller, req)
+	code := codes.OK
+	if rerr != nil {
+		code = rerr.code
+	}
+	s.metrics.renewal(code)
+	return signed, rerr
+}
+
+func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, *renewError) {
+	now := s.cfg.Now()
+	if len(req.Chain) == 0 || len(req.Chain) > 8 {
+		return nil, renewRefused(codes.InvalidArgument, "renewal needs the current chain, leaf first")
+	}
+	leaf, rerr := s.currentLeaf(caller, req.Chain, now)
+	if rerr != nil {
+		return nil, rerr
+	}
+	// A certificate this connection proved, or was issued, needs no store
+	// lookup: RecordRenewal refuses the renewal if the node's generation
+	// moved since (revoked, reclaimed or deleted; a deletion leaves a
+	// tombstone, so a re-created node never has this generation).
+	cur := caller.knownNode(req.Chain[0])
+	if cur == nil {
+		var err error
+		if cur, err = s.checkNodeCert(ctx, leaf); err != nil {
+			st := status.Convert(err)
+			return nil, renewRefused(st.Code(), "%s", st.Message())
+		}
+	}
+	if cur.node.ID != caller.node.ID {
+		return nil, renewRefused(codes.PermissionDenied, "the certificate renewed is node %s's, the caller is node %s", cur.node.ID, caller.node.ID)
+	}
+	if skew := now.Sub(time.Unix(0, req.ClientTimeUnixNano)); skew > maxClockSkew || skew < -maxClockSkew {
+		return nil, renewRefused(codes.InvalidArgument, "client time is %s from the control plane's; synchronise the clock", skew.Round(time.Second))
+	}
+	if len(req.Csr) > maxCSRBytes {
+		return nil, renewRefused(codes.InvalidArgument, "CSR larger than %d bytes", maxCSRBytes)
+	}
+	csr, err := pki.ParseCSR(req.Csr)
+	if err != nil {
+		return nil, renewRefused(codes.InvalidArgument, "bad CSR: %v", err)
+	}
+	csrHash := sha256.Sum256(req.Csr)
+	if err := pki.VerifyRenewProof(leaf.PublicKey, csrHash[:], req.ClientTimeUnixNano, req.Proof); err != nil {
+		// The caller proved the certificate's key in the handshake, yet
+		// the proof is by another key: two keys for one certificate.
+		s.revokeCloned(ctx, cur.node.ID, "renewal proof by a key other than the certified one")
+		return nil, renewRefused(codes.Unauthenticated, "renewal proof does not verify with the certified key; the certificate was revoked")
+	}
+	if samePublicKey(leaf.PublicKey, csr.PublicKey) {
+		return nil, renewRefused(codes.InvalidArgument, "the renewal must certify a new key")
+	}
+
+	if len(cur.info.TPMAKName) > 0 {
+		// No downgrade: the next key must be certified by the AK the
+		// current certificate names.
+		if rerr := checkKeyAttestation(req.KeyAttestation, cur.info.TPMAKName, csrHash[:], csr.PublicKey); rerr != nil {
+			return nil, rerr
+		}
+	}
+
+	window := s.cfg.RenewalWindow
+	times, err := s.cfg.Store.RenewalTimes(ctx, cur.node.ID, now.Add(-window))
+	if err != nil {
+		return nil, renewRefused(codes.Unavailable, "renewal could not be checked; retry")
+	}
+	if len(times) >= s.cfg.RenewalLimit {
+		wait := max(times[len(times)-s.cfg.RenewalLimit].Add(window).Sub(now), time.Millisecond)
+		return nil, &renewError{code: codes.ResourceExhausted, msg: fmt.Sprintf("node %s renewed %d times in %s; retry in %s", cur.node.ID, len(times), window, wait.Round(time.Millisecond)), pushback: wait}
+	}
+
+	lifetime := s.lifetimeFor(cur.node.Role)
+	next, err := s.cfg.Authority.Issuer.Issue(pki.LeafRequest{
+		PublicKey: csr.PublicKey,
+		NodeID:    cur.node.ID,
+		Role:      cur.info.Role,
+		Site:      cur.info.Site,
+		TPMAKName: cur.info.TPMAKName,
+		NotBefore: now.Add(-backdate(lifetime)),
+		NotAfter:  now.Add(lifetime),
+	})
+	if err != nil {
+		s.log.ErrorContext(ctx, "issue renewal", keyNodeID, cur.node.ID, "error", err)
+		return nil, renewRefused(codes.Unavailable, "renewal could not be issued; retry")
+	}
+	serial := serialHex(next)
+	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, nil)
+	if errors.Is(err, store.ErrConflict) {
+		return nil, renewRefused(codes.Unauthenticated, "node %s was revoked during the renewal", cur.node.ID)
+	}
+	if err != nil {
+		s.log.ErrorContext(ctx, "record renewal", keyNodeID, cur.node.ID, "error", err)
+		return nil, renewRefused(codes.Unavailable, "renewal could not be recorded; retry")
+	}
+	signed, err := s.signResult(csrHash[:], next, cur.node.ID, cur.info.Role, cur.info.Site, cur.node.Generation)
+	if err != nil {
+		return nil, renewRefused(codes.Unavailable, "renewal could not be signed; retry")
+	}
+	caller.issued, caller.issuedInfo = next, pki.NodeCertInfo{
+		NodeID: cur.node.ID, TrustDomain: cur.info.TrustDomain, SPIFFEID: cur.info.SPIFFEID,
+		Role: cur.info.Role, Site: cur.info.Site, TPMAKName: cur.info.TPMAKName,
+	}
+	s.log.InfoContext(ctx, "node renewed", keyNodeID, cur.node.ID, "serial", serial, "not_after", next.NotAfter.UTC().Format(time.RFC3339))
+	return signed, nil
+}
+
+// currentLeaf returns the renewal's current certificate once it is known
+// to be one the node CA issued and valid now. A certificate this caller
+// already proved (its TLS certificate, or one this server issued to it on
+// the same session) is only checked for its validity period: its chain was
+// verified then, and re-verifying costs as much as signing a new leaf.
+func (s *Server) currentLeaf(caller *authedNode, chain [][]byte, now time.Time) (*x509.Certificate, *renewError) {
+	var leaf *x509.Certificate
+	if known := caller.known(chain[0]); known != nil {
+		leaf = known
+	} else {
+		c, err := x509.ParseCertificate(chain[0])
+		if err != nil {
+			return nil, renewRefused(codes.InvalidArgument, "parse the current certificate: %v", err)
+		}
+		inter := x509.NewCertPool()
+		for _, der := range chain[1:] {
+			ic, err := x509.ParseCertificate(der)
+			if err != nil {
+				return nil, renewRefused(codes.InvalidArgument, "parse the chain: %v", err)
+			}
+			inter.AddCert(ic)
+		}
+		roots := x509.NewCertPool()
+		roots.AddCert(s.cfg.Authority.Root)
+		if _, err := c.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+			return nil, renewRefused(codes.Unauthenticated, "the current certificate does not verify (expired certificates cannot renew: join again): %v", err)
+		}
+		leaf = c
+	}
+	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
+		return nil, renewRefused(codes.Unauthenticated, "the current certificate is not valid now (expired certificates cannot renew: join again)")
+	}
+	return leaf, nil
+}
+
+// lifetimeFor caps ramdisk nodes' certificates at two hours.
+func (s *Server) lifetimeFor(role string) time.Duration {
+	if slices.Contains(s.cfg.RamdiskRoles, role) {
+		return min(s.cfg.NodeCertLifetime, RamdiskMaxLifetime)
+	}
+	return s.cfg.NodeCertLifetime
+}
+
+// RamdiskMaxLifetime is the longest a ramdisk node's certificate lives.
+const RamdiskMaxLifetime = 2 * time.Hour
+
+// backdate is how far before issuance a certificate starts, for clocks a
+// little behind: a minute, or a quarter of a short lifetime.
+func backdate(lifetime time.Duration) time.Duration {
+	return min(time.Minute, lifetime/4)
+}
+
+// checkKeyAttestation checks that the AK named akName certified the key
+// of the renewal's CSR.
+func checkKeyAttestation(ka *joinv1.KeyAttestation, akName, csrHash []byte, csrKey crypto.PublicKey) *renewError {
+	if ka == nil {
+		return renewRefused(codes.PermissionDenied, "the certificate names a TPM AK: the renewal needs that AK's certification of the new key")
+	}
+	name, err := attest.AKName(ka.AkPublic)
+	if err != nil {
+		return renewRefused(codes.InvalidArgument, "AK public area: %v", err)
+	}
+	if !bytes.Equal(name, akName) {
+		return renewRefused(codes.PermissionDenied, "the new key is certified by AK %x, the certificate names AK %x", name, akName)
+	}
+	keyPub, err := attest.VerifyCertify(ka.AkPublic, ka.CertifyAttest, ka.CertifySignature, ka.KeyPublic, csrHash)
+	if err != nil {
+		return renewRefused(codes.PermissionDenied, "the AK's certification of the new key: %v", err)
+	}
+	if !samePublicKey(keyPub, csrKey) {
+		return renewRefused(codes.PermissionDenied, "the AK certified another key than the CSR's")
+	}
+	return nil
+}

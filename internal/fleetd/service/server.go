@@ -1,0 +1,187 @@
+package service
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/nodetrust/nodetrust/api/adminv1"
+	"github.com/nodetrust/nodetrust/api/gatewayv1"
+	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/pki"
+)
+
+// Log attribute keys, defined once.
+const (
+	keyRequestID = "request_id"
+	keyNodeID    = "node_id"
+	keyTokenID   = "token_id"
+	keyReason    = "reason"
+	keyPeer      = "peer"
+	keyAdmin     = "admin"
+	keyHostname  = "claimed_hostname"
+)
+
+// Config is what a Server needs. New fills in the defaults.
+type Config struct {
+	Authority *pki.Authority
+	Store     store.Store
+	Logger    *slog.Logger
+	// NodeCertLifetime is the lifetime of issued node certificates.
+	NodeCertLifetime time.Duration
+	// TokenTTL is the default token lifetime; MaxTokenTTL the longest an
+	// admin may ask for.
+	TokenTTL    time.Duration
+	MaxTokenTTL time.Duration
+	// RenewalLimit renewals per node are allowed in any RenewalWindow
+	// (default 6 per hour); more are answered RESOURCE_EXHAUSTED with a
+	// pushback.
+	RenewalLimit  int
+	RenewalWindow time.Duration
+	// RamdiskRoles are roles whose certificates live at most two hours.
+	RamdiskRoles []string
+	// PendingPoll is how often a node waiting for approval asks again.
+	PendingPoll time.Duration
+	// EKVerifier checks EK certificates against the TPM manufacturers'
+	// roots; nil trusts no EK certificate, so only EKs already pinned for
+	// a node can join with the tpm attestor.
+	EKVerifier *attest.Verifier
+	// ChallengeTTL is how long a tpm join's challenge round may be
+	// answered (default 1 minute).
+	ChallengeTTL time.Duration
+	// ProbeTimeout is how long an older session of a node may take to
+	// answer a probe before a new process's session replaces it.
+	ProbeTimeout time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// Server holds the control plane's services.
+type Server struct {
+	cfg        Config
+	metrics    *metrics
+	sessions   *sessions
+	challenges challenges
+	log        *slog.Logger
+	wellKnown  []byte
+	clientCAs  *x509.CertPool
+}
+
+// New checks cfg and builds a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Authority == nil || cfg.Store == nil {
+		return nil, errors.New("server: Authority and Store are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NodeCertLifetime <= 0 {
+		cfg.NodeCertLifetime = 24 * time.Hour
+	}
+	if cfg.TokenTTL <= 0 {
+		cfg.TokenTTL = time.Hour
+	}
+	if cfg.MaxTokenTTL <= 0 {
+		cfg.MaxTokenTTL = 30 * 24 * time.Hour
+	}
+	if cfg.RenewalLimit <= 0 {
+		cfg.RenewalLimit = 6
+	}
+	if cfg.RenewalWindow <= 0 {
+		cfg.RenewalWindow = time.Hour
+	}
+	if cfg.RamdiskRoles == nil {
+		cfg.RamdiskRoles = []string{"ramdisk"}
+	}
+	if cfg.PendingPoll <= 0 {
+		cfg.PendingPoll = 2 * time.Second
+	}
+	if cfg.ChallengeTTL <= 0 {
+		cfg.ChallengeTTL = time.Minute
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 3 * time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	doc, err := WellKnownDocument(cfg.Authority)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(cfg.Authority.ServingCA)
+	pool.AddCert(cfg.Authority.NodeCA)
+	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions()}
+	s.metrics = newMetrics(s)
+	return s, nil
+}
+
+// TLSConfig is the serving TLS configuration: the serving certificate, and
+// client certificates verified when given (admins chain to the serving CA,
+// nodes to the node CA; each service checks which it needs).
+func (s *Server) TLSConfig() *tls.Config {
+	cert := s.cfg.Authority.ServingCert
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.VerifyClientCertIfGiven,
+		ClientCAs:    s.clientCAs,
+		NextProtos:   []string{"h2"},
+	}
+}
+
+// GRPCServer builds the gRPC server with every service registered.
+func (s *Server) GRPCServer() *grpc.Server {
+	g := grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(s.TLSConfig())),
+		grpc.ChainUnaryInterceptor(s.authorizeAdmin),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// Find connections of nodes that vanished (a reboot sends no FIN).
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.MaxRecvMsgSize(1<<20),
+	)
+	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})
+	adminv1.RegisterAdminServer(g, &adminService{s: s})
+	gatewayv1.RegisterGatewayServer(g, &gateway{s: s})
+	return g
+}
+
+// Serve serves gRPC on ln until ctx is done, then stops gracefully.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	g := s.GRPCServer()
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			// Live sessions never end by themselves: end them, so the
+			// graceful stop waits only for calls in flight.
+			s.sessions.closeAll()
+			stopped := make(chan struct{})
+			go func() { g.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(5 * time.Second):
+				g.Stop()
+			}
+		case <-done:
+		}
+	}()
+	err := g.Serve(ln)
+	close(done)
+	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve gRPC on %s: %w", ln.Addr(), err)
+	}
+	return nil
+}

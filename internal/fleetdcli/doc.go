@@ -1,3 +1,0 @@
-// Package fleetdcli is the fleetd command line: init, serve, dev, and the
-// admin commands (token, nodes) that talk to a running server.
-package fleetdcli
