@@ -1,6 +1,8 @@
 package pki
 
 import (
+	"crypto/ecdsa"
+	"crypto/sha256"
 	"os"
 	"strings"
 	"testing"
@@ -24,12 +26,18 @@ func TestLoadAuthority(t *testing.T) {
 			if _, err := a.JoinEncryption.OpenToken(req.csrHash, sealed); err != nil {
 				t.Errorf("OpenToken: %v", err)
 			}
-			s, err := SignJoinResult(a.JoinSigner, joinResult(t, a, req, "n1", "worker", ""))
+			// The join signer signs, and its key is the bundle's pin.
+			digest := sha256.Sum256([]byte("join result"))
+			sig, err := SignP1363(a.JoinSigner, digest[:])
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := OpenJoinResponse(s, Expect{SigningKeyPin: a.Bundle.JoinSigningKeyPin, CSRSHA256: req.csrHash, PublicKey: req.key.Public(), Now: testNow}); err != nil {
-				t.Errorf("OpenJoinResponse: %v", err)
+			pub, ok := a.JoinSigner.Public().(*ecdsa.PublicKey)
+			if !ok || !VerifyP1363(pub, digest[:], sig) {
+				t.Error("the join signer's signature does not verify under its public key")
+			}
+			if pin, err := PinOf(a.JoinSigner.Public()); err != nil || !pin.Equal(a.Bundle.JoinSigningKeyPin) {
+				t.Errorf("join signer pin %s, bundle says %s (%v)", pin, a.Bundle.JoinSigningKeyPin, err)
 			}
 		})
 	}

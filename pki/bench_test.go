@@ -38,19 +38,3 @@ func BenchmarkOpenToken(b *testing.B) {
 		})
 	}
 }
-
-func BenchmarkOpenJoinResponse(b *testing.B) {
-	a, _ := newAuthority(b, "")
-	req := newNodeRequest(b)
-	s, err := SignJoinResult(a.JoinSigner, joinResult(b, a, req, "n1", "worker", "ams1"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	e := Expect{SigningKeyPin: a.Bundle.JoinSigningKeyPin, CSRSHA256: req.csrHash, PublicKey: req.key.Public(),
-		TrustDomain: testTD, NodeID: "n1", Role: "worker", Now: testNow}
-	for b.Loop() {
-		if _, err := OpenJoinResponse(s, e); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

@@ -9,10 +9,6 @@ var (
 	// to another key or for another CSR, or it was altered.
 	ErrOpen = errors.New("join token does not open")
 
-	// ErrJoinResponse means a signed join response failed one of the checks
-	// of [OpenJoinResponse]; the wrapping message names the check.
-	ErrJoinResponse = errors.New("join response refused")
-
 	// ErrRenewProof means a renewal proof of possession does not verify.
 	ErrRenewProof = errors.New("renewal proof of possession refused")
 

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nodetrust/nodetrust/api/joinv1"
 )
 
 // testNow is the fixed time every test PKI is made at.
@@ -69,28 +67,6 @@ func issueLeaf(tb testing.TB, iss *Issuer, key *ecdsa.PrivateKey, nodeID, role, 
 		tb.Fatalf("Issue: %v", err)
 	}
 	return c
-}
-
-// joinResult builds the JoinResult a server would send for req.
-func joinResult(tb testing.TB, a *Authority, req nodeRequest, nodeID, role, site string) *joinv1.JoinResult {
-	tb.Helper()
-	leaf := issueLeaf(tb, a.Issuer, req.key, nodeID, role, site, nil)
-	r := &joinv1.JoinResult{
-		CsrSha256:          req.csrHash,
-		Chain:              [][]byte{leaf.Raw},
-		Roots:              [][]byte{a.Root.Raw},
-		NodeId:             nodeID,
-		SpiffeId:           NodeSPIFFEID(a.TrustDomain, nodeID),
-		TrustDomain:        a.TrustDomain,
-		Role:               role,
-		Site:               site,
-		IdentityGeneration: 1,
-		ServerTimeUnixNano: testNow.UnixNano(),
-	}
-	for _, c := range a.Issuer.Chain() {
-		r.Chain = append(r.Chain, c.Raw)
-	}
-	return r
 }
 
 // wantErr fails unless err wraps target (when set) and contains substr.

@@ -83,8 +83,8 @@ func PinOfCert(c *x509.Certificate) Pin {
 	return sha256.Sum256(c.RawSubjectPublicKeyInfo)
 }
 
-// pinOfDER returns the pin of a SubjectPublicKeyInfo DER.
-func pinOfDER(spki []byte) Pin { return sha256.Sum256(spki) }
+// PinOfSPKI returns the pin of a SubjectPublicKeyInfo DER.
+func PinOfSPKI(spki []byte) Pin { return sha256.Sum256(spki) }
 
 // String returns the text form "sha256:<64 lower-case hex digits>".
 func (p Pin) String() string {

@@ -11,7 +11,7 @@
 // to the join encryption key and bound to its CSR, each join on a fresh TLS
 // connection, one live Gateway session over mutual TLS with its node
 // certificate, renewals with a new key and a proof of possession on that
-// session's stream. What a node checks in the answers (pki.OpenJoinResponse)
+// session's stream. What a node checks in the answers (joinresponse.Open)
 // is checked too, after each timed phase, so that the load tool's own CPU
 // is spent on the server's measurement as little as possible.
 //

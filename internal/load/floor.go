@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
@@ -109,11 +110,11 @@ func measureFloor(ctx context.Context, kem string, d time.Duration) (*Floor, err
 	result := &joinv1.JoinResult{CsrSha256: h[:], Chain: [][]byte{leaf.Raw, a.NodeCA.Raw}, Roots: [][]byte{a.Root.Raw},
 		NodeId: leafReq.NodeID, SpiffeId: pki.NodeSPIFFEID(a.TrustDomain, leafReq.NodeID), TrustDomain: a.TrustDomain,
 		Role: "load", IdentityGeneration: 1, ServerTimeUnixNano: now.UnixNano()}
-	signed, err := pki.SignJoinResult(a.JoinSigner, result)
+	signed, err := joinresponse.Sign(a.JoinSigner, result)
 	if err != nil {
 		return nil, err
 	}
-	expect := pki.Expect{SigningKeyPin: a.Bundle.JoinSigningKeyPin, CSRSHA256: h[:], PublicKey: key.Public(),
+	expect := joinresponse.Expect{SigningKeyPin: a.Bundle.JoinSigningKeyPin, CSRSHA256: h[:], PublicKey: key.Public(),
 		TrustDomain: a.TrustDomain, Role: "load", Now: now}
 	t := now.UnixNano()
 	proof, err := pki.SignRenewProof(key, h[:], t)
@@ -141,13 +142,13 @@ func measureFloor(ctx context.Context, kem string, d time.Duration) (*Floor, err
 		{fOpenToken, "server", func() error { _, err := a.JoinEncryption.OpenToken(h[:], sealed); return err }},
 		{fParseCSR, "server", func() error { _, err := pki.ParseCSR(csr); return err }},
 		{fIssue, "server", func() error { _, err := a.Issuer.Issue(leafReq); return err }},
-		{fSignResult, "server", func() error { _, err := pki.SignJoinResult(a.JoinSigner, result); return err }},
+		{fSignResult, "server", func() error { _, err := joinresponse.Sign(a.JoinSigner, result); return err }},
 		{fVerifyProof, "server", func() error { return pki.VerifyRenewProof(key.Public(), h[:], t, proof) }},
 		{fKeyGen, "client", func() error { _, err := pki.GenerateKey(); return err }},
 		{fCreateCSR, "client", func() error { _, err := pki.CreateCSR(key); return err }},
 		{fSeal, "client", func() error { _, err := pki.SealToken(a.JoinEncryption.Public(), h[:], token); return err }},
 		{fSignProof, "client", func() error { _, err := pki.SignRenewProof(key, h[:], t); return err }},
-		{fOpenResult, "client", func() error { _, err := pki.OpenJoinResponse(signed, expect); return err }},
+		{fOpenResult, "client", func() error { _, err := joinresponse.Open(signed, expect); return err }},
 	}
 	for _, s := range steps {
 		if err := add(s.name, s.side, s.fn); err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
@@ -207,7 +208,7 @@ func (n *simNode) checkJoin(pins *pki.Bundle, role string) error {
 	if n.signed == nil {
 		return errors.New("no answer")
 	}
-	opened, err := pki.OpenJoinResponse(n.signed, pki.Expect{
+	opened, err := joinresponse.Open(n.signed, joinresponse.Expect{
 		SigningKeyPin: pins.JoinSigningKeyPin, CSRSHA256: n.csrHash, PublicKey: n.key.Public(),
 		TrustDomain: pins.TrustDomain, Role: role, Now: time.Now(),
 	})
@@ -417,7 +418,7 @@ func (n *simNode) renew(round int, timeout time.Duration) error {
 func (n *simNode) checkRenewals(pins *pki.Bundle, role string) ([]pki.Pin, error) {
 	var out []pki.Pin
 	for i, r := range n.renewed {
-		opened, err := pki.OpenJoinResponse(r.signed, pki.Expect{
+		opened, err := joinresponse.Open(r.signed, joinresponse.Expect{
 			SigningKeyPin: pins.JoinSigningKeyPin, CSRSHA256: r.prep.csrHash, PublicKey: r.prep.key.Public(),
 			TrustDomain: pins.TrustDomain, NodeID: n.nodeID, Role: role, Now: time.Now(),
 		})

@@ -24,6 +24,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm"
 )
 
@@ -223,7 +224,7 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 		return nil, err
 	}
 	// Step 4: the answer.
-	opened, err := pki.OpenJoinResponse(signed, pki.Expect{
+	opened, err := joinresponse.Open(signed, joinresponse.Expect{
 		SigningKeyPin: c.Pins.JoinSigning,
 		CSRSHA256:     csrHash[:],
 		PublicKey:     key.Public(),

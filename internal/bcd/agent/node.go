@@ -25,6 +25,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm"
 )
 
@@ -460,7 +461,7 @@ func closeKey(k crypto.Signer) {
 func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.SignedJoinResult) error {
 	st := n.state()
 	id := st.Identity
-	opened, err := pki.OpenJoinResponse(signed, pki.Expect{
+	opened, err := joinresponse.Open(signed, joinresponse.Expect{
 		SigningKeyPin: n.c.Pins.JoinSigning,
 		CSRSHA256:     r.csrHash,
 		PublicKey:     r.key.Public(),

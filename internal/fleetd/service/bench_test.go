@@ -20,6 +20,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/pki/joinresponse"
 )
 
 // The benchmarks of the server's hot paths run the handlers in process,
@@ -177,7 +178,7 @@ func joinNodes(b *testing.B, s *Server, n int) []*benchNode {
 		if err != nil {
 			b.Fatal(err)
 		}
-		opened, err := pki.OpenJoinResponse(resp.GetSigned(), pki.Expect{SigningKeyPin: s.cfg.Authority.Bundle.JoinSigningKeyPin,
+		opened, err := joinresponse.Open(resp.GetSigned(), joinresponse.Expect{SigningKeyPin: s.cfg.Authority.Bundle.JoinSigningKeyPin,
 			CSRSHA256: bj.csrHash, PublicKey: bj.key.Public()})
 		if err != nil {
 			b.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/pki/joinresponse"
 )
 
 // JoinRefused is the one message every refused join gets on the wire.
@@ -381,7 +382,7 @@ func (s *Server) signResult(csrHash []byte, leaf *x509.Certificate, nodeID, role
 		IdentityGeneration: gen,
 		ServerTimeUnixNano: s.cfg.Now().UnixNano(),
 	}
-	signed, err := pki.SignJoinResult(a.JoinSigner, res)
+	signed, err := joinresponse.Sign(a.JoinSigner, res)
 	if err != nil {
 		return nil, fmt.Errorf("sign join result for node %s: %w", nodeID, err)
 	}

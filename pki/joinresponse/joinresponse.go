@@ -1,4 +1,4 @@
-package pki
+package joinresponse
 
 import (
 	"crypto"
@@ -13,11 +13,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
-// JoinResponseLabel starts the data whose SHA-256 a join response's
+// Label starts the data whose SHA-256 a join response's
 // signature covers: label || 0x00 || payload.
-const JoinResponseLabel = "nodetrust join-response v1"
+const Label = "nodetrust join-response v1"
 
 // Bounds on what a join result may carry.
 const (
@@ -25,21 +26,21 @@ const (
 	maxResultRoots = 16
 )
 
-// JoinResponseDigest returns SHA-256("nodetrust join-response v1" || 0x00 ||
+// Digest returns SHA-256("nodetrust join-response v1" || 0x00 ||
 // payload), the digest a SignedJoinResult's signature covers.
-func JoinResponseDigest(payload []byte) []byte {
+func Digest(payload []byte) []byte {
 	h := sha256.New()
-	h.Write([]byte(JoinResponseLabel))
+	h.Write([]byte(Label))
 	h.Write([]byte{0})
 	h.Write(payload)
 	return h.Sum(nil)
 }
 
-// SignJoinResult serializes r (deterministic protobuf encoding) and signs
+// Sign serializes r (deterministic protobuf encoding) and signs
 // it with the JoinService signing key, an ECDSA key: the signature is IEEE
-// P1363 over [JoinResponseDigest] of the payload, kid is the pin of the
+// P1363 over [Digest] of the payload, kid is the pin of the
 // signer's public key and signing_key its SubjectPublicKeyInfo DER.
-func SignJoinResult(signer crypto.Signer, r *joinv1.JoinResult) (*joinv1.SignedJoinResult, error) {
+func Sign(signer crypto.Signer, r *joinv1.JoinResult) (*joinv1.SignedJoinResult, error) {
 	if signer == nil || r == nil {
 		return nil, errors.New("sign join result: signer and result are required")
 	}
@@ -51,14 +52,14 @@ func SignJoinResult(signer crypto.Signer, r *joinv1.JoinResult) (*joinv1.SignedJ
 	if err != nil {
 		return nil, fmt.Errorf("sign join result: marshal: %w", err)
 	}
-	sig, err := SignP1363(signer, JoinResponseDigest(payload))
+	sig, err := pki.SignP1363(signer, Digest(payload))
 	if err != nil {
 		return nil, fmt.Errorf("sign join result: %w", err)
 	}
 	return &joinv1.SignedJoinResult{
 		Payload:    payload,
 		Signature:  sig,
-		Kid:        pinOfDER(spki).String(),
+		Kid:        pki.PinOfSPKI(spki).String(),
 		SigningKey: spki,
 	}, nil
 }
@@ -67,7 +68,7 @@ func SignJoinResult(signer crypto.Signer, r *joinv1.JoinResult) (*joinv1.SignedJ
 // trusts and the request it sent.
 type Expect struct {
 	// SigningKeyPin is the trusted join_signing_key_pin. Required.
-	SigningKeyPin Pin
+	SigningKeyPin pki.Pin
 	// CSRSHA256 is the SHA-256 of the CSR the node sent. Required.
 	CSRSHA256 []byte
 	// PublicKey is the node key that CSR certified. Required.
@@ -81,7 +82,7 @@ type Expect struct {
 	Now time.Time
 }
 
-// Opened is a join result that passed every check of [OpenJoinResponse].
+// Opened is a join result that passed every check of [Open].
 type Opened struct {
 	Result *joinv1.JoinResult
 	// Leaf is Chain[0], the node certificate.
@@ -91,17 +92,21 @@ type Opened struct {
 	// Roots is the trust bundle the result carried.
 	Roots []*x509.Certificate
 	// Info is the identity in Leaf.
-	Info NodeCertInfo
+	Info pki.NodeCertInfo
 }
 
-// refuse wraps ErrJoinResponse with what mismatched.
+// ErrRefused means a signed join response failed one of the checks of
+// [Open]; the wrapping message names the check.
+var ErrRefused = errors.New("join response refused")
+
+// refuse wraps ErrRefused with what mismatched.
 func refuse(format string, a ...any) error {
-	return fmt.Errorf("open join response: %s: %w", fmt.Sprintf(format, a...), ErrJoinResponse)
+	return fmt.Errorf("open join response: %s: %w", fmt.Sprintf(format, a...), ErrRefused)
 }
 
-// OpenJoinResponse verifies a signed join response, in this order, and
+// Open verifies a signed join response, in this order, and
 // returns its content. Each failure is a distinct error naming the check
-// and wrapping [ErrJoinResponse]:
+// and wrapping [ErrRefused]:
 //
 //   - signing_key's pin equals e.SigningKeyPin, and kid equals that pin;
 //   - the signature verifies under signing_key;
@@ -111,10 +116,10 @@ func refuse(format string, a ...any) error {
 //   - the chain verifies to the result's roots for client authentication
 //     at e.Now;
 //   - the leaf's SPIFFE ID equals spiffe_id, which equals
-//     NodeSPIFFEID(trust_domain, node_id);
+//     pki.NodeSPIFFEID(trust_domain, node_id);
 //   - trust domain, node id and role equal e's where e sets them;
 //   - the leaf's role and site equal the result's.
-func OpenJoinResponse(s *joinv1.SignedJoinResult, e Expect) (*Opened, error) {
+func Open(s *joinv1.SignedJoinResult, e Expect) (*Opened, error) {
 	if s == nil {
 		return nil, refuse("no signed result")
 	}
@@ -129,11 +134,11 @@ func OpenJoinResponse(s *joinv1.SignedJoinResult, e Expect) (*Opened, error) {
 	}
 
 	// The signer.
-	got := pinOfDER(s.GetSigningKey())
+	got := pki.PinOfSPKI(s.GetSigningKey())
 	if !got.Equal(e.SigningKeyPin) {
 		return nil, refuse("signing key pin %s is not the trusted join signing key pin %s", got, e.SigningKeyPin)
 	}
-	if kid, err := ParsePin(s.GetKid()); err != nil || !kid.Equal(e.SigningKeyPin) {
+	if kid, err := pki.ParsePin(s.GetKid()); err != nil || !kid.Equal(e.SigningKeyPin) {
 		return nil, refuse("kid %s is not the trusted join signing key pin %s", quoteShort(s.GetKid()), e.SigningKeyPin)
 	}
 	key, err := x509.ParsePKIXPublicKey(s.GetSigningKey())
@@ -144,7 +149,7 @@ func OpenJoinResponse(s *joinv1.SignedJoinResult, e Expect) (*Opened, error) {
 	if !ok {
 		return nil, refuse("signing key is %T, want ECDSA", key)
 	}
-	if !VerifyP1363(ek, JoinResponseDigest(s.GetPayload()), s.GetSignature()) {
+	if !pki.VerifyP1363(ek, Digest(s.GetPayload()), s.GetSignature()) {
 		return nil, refuse("signature does not verify under the join signing key")
 	}
 
@@ -165,7 +170,7 @@ func OpenJoinResponse(s *joinv1.SignedJoinResult, e Expect) (*Opened, error) {
 		return nil, refuse("%v", err)
 	}
 	leaf := chain[0]
-	if !publicKeysEqual(leaf.PublicKey, e.PublicKey) {
+	if !sameKey(leaf.PublicKey, e.PublicKey) {
 		return nil, refuse("leaf certificate certifies another key than this request's")
 	}
 	now := e.Now
@@ -189,14 +194,14 @@ func OpenJoinResponse(s *joinv1.SignedJoinResult, e Expect) (*Opened, error) {
 	}
 
 	// The identity.
-	info, err := ParseNodeCert(leaf)
+	info, err := pki.ParseNodeCert(leaf)
 	if err != nil {
 		return nil, refuse("leaf: %v", err)
 	}
 	if info.SPIFFEID != r.GetSpiffeId() {
 		return nil, refuse("leaf SPIFFE ID %q is not the result's spiffe_id %q", info.SPIFFEID, r.GetSpiffeId())
 	}
-	if want := NodeSPIFFEID(r.GetTrustDomain(), r.GetNodeId()); r.GetSpiffeId() != want {
+	if want := pki.NodeSPIFFEID(r.GetTrustDomain(), r.GetNodeId()); r.GetSpiffeId() != want {
 		return nil, refuse("spiffe_id %q is not %q made of trust_domain and node_id", r.GetSpiffeId(), want)
 	}
 	if e.TrustDomain != "" && r.GetTrustDomain() != e.TrustDomain {
@@ -234,4 +239,20 @@ func parseDERs(what string, ders [][]byte, max int) ([]*x509.Certificate, error)
 		certs[i] = c
 	}
 	return certs, nil
+}
+
+// sameKey reports whether a and b are the same public key.
+func sameKey(a, b crypto.PublicKey) bool {
+	k, ok := a.(interface{ Equal(crypto.PublicKey) bool })
+	return ok && b != nil && k.Equal(b)
+}
+
+// quoteShort quotes an untrusted string for an error message, cut to a
+// readable length.
+func quoteShort(s string) string {
+	const max = 80
+	if len(s) > max {
+		return fmt.Sprintf("%q...", s[:max])
+	}
+	return fmt.Sprintf("%q", s)
 }

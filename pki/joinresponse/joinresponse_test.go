@@ -1,4 +1,4 @@
-package pki
+package joinresponse
 
 import (
 	"bytes"
@@ -9,13 +9,14 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
-func TestOpenJoinResponse(t *testing.T) {
-	a, _ := newAuthority(t, "")
+func TestOpen(t *testing.T) {
+	a := newAuthority(t)
 	req := newNodeRequest(t)
 	r := joinResult(t, a, req, "n1", "worker", "ams1")
-	s, err := SignJoinResult(a.JoinSigner, r)
+	s, err := Sign(a.JoinSigner, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +26,7 @@ func TestOpenJoinResponse(t *testing.T) {
 	if len(s.GetSignature()) != 64 {
 		t.Errorf("signature is %d bytes, want 64", len(s.GetSignature()))
 	}
-	o, err := OpenJoinResponse(s, Expect{
+	o, err := Open(s, Expect{
 		SigningKeyPin: a.Bundle.JoinSigningKeyPin,
 		CSRSHA256:     req.csrHash,
 		PublicKey:     req.key.Public(),
@@ -46,26 +47,26 @@ func TestOpenJoinResponse(t *testing.T) {
 	if len(o.Roots) != 1 || !o.Roots[0].Equal(a.Root) {
 		t.Error("roots are not the authority's root")
 	}
-	want := NodeCertInfo{NodeID: "n1", TrustDomain: testTD, SPIFFEID: NodeSPIFFEID(testTD, "n1"), Role: "worker", Site: "ams1"}
+	want := pki.NodeCertInfo{NodeID: "n1", TrustDomain: testTD, SPIFFEID: pki.NodeSPIFFEID(testTD, "n1"), Role: "worker", Site: "ams1"}
 	if o.Info.NodeID != want.NodeID || o.Info.SPIFFEID != want.SPIFFEID || o.Info.Role != want.Role || o.Info.Site != want.Site {
 		t.Errorf("Info = %+v, want %+v", o.Info, want)
 	}
 
 	t.Run("empty expectations accept what the result says", func(t *testing.T) {
-		if _, err := OpenJoinResponse(s, Expect{SigningKeyPin: a.Bundle.JoinSigningKeyPin, CSRSHA256: req.csrHash, PublicKey: req.key.Public(), Now: testNow}); err != nil {
+		if _, err := Open(s, Expect{SigningKeyPin: a.Bundle.JoinSigningKeyPin, CSRSHA256: req.csrHash, PublicKey: req.key.Public(), Now: testNow}); err != nil {
 			t.Fatal(err)
 		}
 	})
 }
 
-func TestSignJoinResultIsDeterministic(t *testing.T) {
-	a, _ := newAuthority(t, "")
+func TestSignIsDeterministic(t *testing.T) {
+	a := newAuthority(t)
 	r := joinResult(t, a, newNodeRequest(t), "n1", "worker", "")
-	s1, err := SignJoinResult(a.JoinSigner, r)
+	s1, err := Sign(a.JoinSigner, r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := SignJoinResult(a.JoinSigner, r)
+	s2, err := Sign(a.JoinSigner, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,9 +75,9 @@ func TestSignJoinResultIsDeterministic(t *testing.T) {
 	}
 }
 
-func TestOpenJoinResponseRefuses(t *testing.T) {
-	a, _ := newAuthority(t, "")
-	other, _ := newAuthority(t, "")
+func TestOpenRefuses(t *testing.T) {
+	a := newAuthority(t)
+	other := newAuthority(t)
 	req := newNodeRequest(t)
 	otherReq := newNodeRequest(t)
 
@@ -86,7 +87,7 @@ func TestOpenJoinResponseRefuses(t *testing.T) {
 		if edit != nil {
 			edit(r)
 		}
-		s, err := SignJoinResult(a.JoinSigner, r)
+		s, err := Sign(a.JoinSigner, r)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +96,7 @@ func TestOpenJoinResponseRefuses(t *testing.T) {
 	// signPayload signs arbitrary bytes with the trusted key.
 	signPayload := func(t *testing.T, payload []byte) *joinv1.SignedJoinResult {
 		s := sign(t, nil)
-		sig, err := SignP1363(a.JoinSigner, JoinResponseDigest(payload))
+		sig, err := pki.SignP1363(a.JoinSigner, Digest(payload))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +109,7 @@ func TestOpenJoinResponseRefuses(t *testing.T) {
 		PublicKey:     req.key.Public(),
 		Now:           testNow,
 	}
-	otherLeaf := issueLeaf(t, a.Issuer, req.key, "n2", "worker", "ams1", nil)
+	otherLeaf := issueLeaf(t, a.Issuer, req.key, "n2", "worker", "ams1")
 
 	tests := []struct {
 		name   string
@@ -125,7 +126,7 @@ func TestOpenJoinResponseRefuses(t *testing.T) {
 		{
 			name: "a response signed and presented by another key is refused",
 			signed: func(t *testing.T) *joinv1.SignedJoinResult {
-				s, err := SignJoinResult(other.JoinSigner, joinResult(t, a, req, "n1", "worker", "ams1"))
+				s, err := Sign(other.JoinSigner, joinResult(t, a, req, "n1", "worker", "ams1"))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -200,7 +201,7 @@ func TestOpenJoinResponseRefuses(t *testing.T) {
 		{
 			name: "a leaf SPIFFE ID other than spiffe_id is refused",
 			signed: func(t *testing.T) *joinv1.SignedJoinResult {
-				return sign(t, func(r *joinv1.JoinResult) { r.SpiffeId = NodeSPIFFEID(testTD, "n2") })
+				return sign(t, func(r *joinv1.JoinResult) { r.SpiffeId = pki.NodeSPIFFEID(testTD, "n2") })
 			},
 			want: `leaf SPIFFE ID "spiffe://example.test/node/n1" is not the result's spiffe_id`,
 		},
@@ -262,16 +263,16 @@ func TestOpenJoinResponseRefuses(t *testing.T) {
 			if tt.edit != nil {
 				tt.edit(&e)
 			}
-			_, err := OpenJoinResponse(tt.signed(t), e)
-			wantErr(t, err, ErrJoinResponse, tt.want)
+			_, err := Open(tt.signed(t), e)
+			wantErr(t, err, ErrRefused, tt.want)
 		})
 	}
 }
 
-func TestOpenJoinResponseNeedsExpectations(t *testing.T) {
-	a, _ := newAuthority(t, "")
+func TestOpenNeedsExpectations(t *testing.T) {
+	a := newAuthority(t)
 	req := newNodeRequest(t)
-	s, err := SignJoinResult(a.JoinSigner, joinResult(t, a, req, "n1", "worker", ""))
+	s, err := Sign(a.JoinSigner, joinResult(t, a, req, "n1", "worker", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +281,7 @@ func TestOpenJoinResponseNeedsExpectations(t *testing.T) {
 		name, want string
 		edit       func(e *Expect)
 	}{
-		{"a missing pin is a caller error", "expected signing key pin is not set", func(e *Expect) { e.SigningKeyPin = Pin{} }},
+		{"a missing pin is a caller error", "expected signing key pin is not set", func(e *Expect) { e.SigningKeyPin = pki.Pin{} }},
 		{"a short CSR hash is a caller error", "expected CSR hash is 0 bytes", func(e *Expect) { e.CSRSHA256 = nil }},
 		{"a missing node key is a caller error", "expected node public key is not set", func(e *Expect) { e.PublicKey = nil }},
 	}
@@ -288,14 +289,14 @@ func TestOpenJoinResponseNeedsExpectations(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := full
 			tt.edit(&e)
-			_, err := OpenJoinResponse(s, e)
+			_, err := Open(s, e)
 			wantErr(t, err, nil, tt.want)
 		})
 	}
 }
 
-func TestJoinResponseDigest(t *testing.T) {
-	got := JoinResponseDigest([]byte("payload"))
+func TestDigest(t *testing.T) {
+	got := Digest([]byte("payload"))
 	want := sha256.Sum256([]byte("nodetrust join-response v1\x00payload"))
 	if !bytes.Equal(got, want[:]) {
 		t.Errorf("digest = %x, want %x", got, want)

@@ -1,0 +1,238 @@
+package repotest
+
+import (
+	"os/exec"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/nodetrust/nodetrust"
+
+// Groups of packages that rules name, by import-path prefix.
+var (
+	storage   = []string{"database/sql", "modernc.org/sqlite", "github.com/jackc/pgx"}
+	httpServe = []string{"net/http"}
+	rpc       = []string{"google.golang.org/grpc", "google.golang.org/protobuf", module + "/api"}
+	logging   = []string{"log", "log/slog"}
+	// tpmDevice is what opens a TPM: device and TCP transports, the simulator.
+	tpmDevice = []string{"github.com/google/go-tpm/tpm2/transport/linuxtpm", "github.com/google/go-tpm/tpm2/transport/tcp", "github.com/google/go-tpm-tools", module + "/tpm/tpmsim"}
+	binaries  = []string{module + "/internal", module + "/cmd"}
+	// thirdParty is any package outside the standard library and this
+	// module.
+	thirdParty = []string{thirdPartyMarker}
+)
+
+// libraryRules is the one table of what each library at the root of the
+// module may never pull in, directly or through anything it imports (the
+// closure `go list -deps` reports). Every library must have a row, so a new
+// one is placed deliberately. The reasons are the layout's (DESIGN.md §6a):
+// libraries are for other programs, so they never reach a binary's
+// packages, and the small ones stay small enough to vendor.
+var libraryRules = []struct {
+	pkg        string
+	neverReach [][]string
+	why        string
+}{
+	{"pki", [][]string{thirdParty, rpc, httpServe, logging, binaries},
+		"CAs, pins and sealed tokens: every other library builds on it, so it stays free of wire types and I/O frameworks"},
+	{"pki/tlspin", [][]string{thirdParty, rpc, httpServe, logging, binaries},
+		"pinned TLS for any client of fleetd"},
+	{"pki/joinresponse", [][]string{storage, binaries},
+		"the signed join result needs the wire types (api/joinv1), and nothing heavier"},
+	{"callsig", [][]string{thirdParty, storage, httpServe, logging, binaries, {module + "/tpm", module + "/attest"}},
+		"signed calls for clients in any program: the standard library and pki only"},
+	{"attest", [][]string{storage, httpServe, rpc, logging, binaries, tpmDevice, {module + "/pki"}},
+		"the verifier works from bytes: it never opens a TPM (tpm/tpmpub is its one nodetrust dependency)"},
+	{"tpm", [][]string{storage, httpServe, rpc, logging, binaries, {module + "/attest", module + "/pki"}},
+		"a thin layer over go-tpm: it makes no policy decisions"},
+	{"tpm/tpmpub", [][]string{storage, httpServe, rpc, logging, binaries, tpmDevice},
+		"public-area parsing shared by the verifier and the TPM client"},
+	{"tpm/tpmsim", [][]string{storage, httpServe, rpc, logging, binaries},
+		"the simulator transport for tests and fleetd dev"},
+	{"tpm/tpmtest", [][]string{storage, httpServe, rpc, binaries},
+		"test support: swtpm and simulator set-up"},
+	{"localapi", [][]string{storage, binaries, {"net/http/httptest"}},
+		"the client of a node daemon, for programs on the machine"},
+}
+
+// ownerRules say which packages of one binary may be imported by whom.
+var ownerRules = []struct {
+	prefix     string   // packages this rule covers
+	importable []string // prefixes of the packages that may import them
+	why        string
+}{
+	{module + "/internal/bcd", []string{module + "/internal/bcd", module + "/cmd/bcd", module + "/internal/integration"},
+		"bcd's packages are bcd's alone"},
+	{module + "/internal/fleetd", []string{module + "/internal/fleetd", module + "/cmd/fleetd", module + "/internal/load", module + "/internal/integration"},
+		"fleetd's packages are fleetd's (and its load tool's) alone"},
+	{module + "/internal/bcd/federation", []string{module + "/internal/bcd/localserver"},
+		"machine proofs are the daemon's"},
+	{module + "/internal/bcd/leases", []string{module + "/internal/bcd/localserver"},
+		"leases are kept by the daemon's leases service"},
+	{module + "/internal/bcd/localserver", []string{module + "/internal/bcd"},
+		"the local-API server is wired by bcd's wiring function and its commands only"},
+}
+
+// pkgInfo is what go list says of one package.
+type pkgInfo struct {
+	imports []string
+}
+
+func listPackages(t *testing.T) map[string]pkgInfo {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal("the go command is needed to read the import graph")
+	}
+	cmd := exec.Command(gobin, "list", "-deps", "-tags", "tpmsim", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	pkgs := make(map[string]pkgInfo)
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkgs[f[0]] = pkgInfo{imports: f[1:]}
+	}
+	return pkgs
+}
+
+const thirdPartyMarker = "(any third-party package)"
+
+func hasPrefix(p, prefix string) bool {
+	return p == prefix || strings.HasPrefix(p, prefix+"/")
+}
+
+// matches reports whether package p falls under a rule's prefix.
+func matches(p, prefix string) bool {
+	if prefix == thirdPartyMarker {
+		first, _, _ := strings.Cut(p, "/")
+		return strings.Contains(first, ".") && !hasPrefix(p, module)
+	}
+	return hasPrefix(p, prefix)
+}
+
+// pathTo returns the import path from pkg to a package matching one of
+// prefixes, or nil when pkg reaches none.
+func pathTo(pkgs map[string]pkgInfo, pkg string, prefixes []string) []string {
+	via := map[string]string{pkg: ""}
+	queue := []string{pkg}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		for _, q := range pkgs[p].imports {
+			if _, seen := via[q]; seen {
+				continue
+			}
+			via[q] = p
+			for _, f := range prefixes {
+				if matches(q, f) {
+					path := []string{q}
+					for r := p; r != ""; r = via[r] {
+						path = append([]string{r}, path...)
+					}
+					return path
+				}
+			}
+			queue = append(queue, q)
+		}
+	}
+	return nil
+}
+
+func short(p string) string { return strings.TrimPrefix(p, module+"/") }
+
+func shortPath(path []string) string {
+	out := make([]string, len(path))
+	for i, p := range path {
+		out[i] = short(p)
+	}
+	return strings.Join(out, " → ")
+}
+
+// TestLibraryDependencies walks the real dependency closure of each
+// library and fails, with the import path that gets there, when it reaches
+// something its row forbids.
+func TestLibraryDependencies(t *testing.T) {
+	pkgs := listPackages(t)
+	covered := map[string]bool{}
+	for _, r := range libraryRules {
+		covered[module+"/"+r.pkg] = true
+		pkg := module + "/" + r.pkg
+		if _, ok := pkgs[pkg]; !ok {
+			t.Errorf("library %s is in the table but not in the module", r.pkg)
+			continue
+		}
+		var forbidden []string
+		for _, g := range r.neverReach {
+			forbidden = append(forbidden, g...)
+		}
+		// Each forbidden prefix on its own, so that every breach is named.
+		for _, f := range forbidden {
+			if path := pathTo(pkgs, pkg, []string{f}); path != nil {
+				t.Errorf("library %s reaches %s: %s (%s)", r.pkg, short(f), shortPath(path), r.why)
+			}
+		}
+		// A library never logs: it returns errors.
+		for _, imp := range pkgs[pkg].imports {
+			if slices.Contains(logging, imp) {
+				t.Errorf("library %s imports %s: libraries return errors and do not log", r.pkg, imp)
+			}
+		}
+	}
+	// Every library at the root of the module has a row.
+	var missing []string
+	for p := range pkgs {
+		if !strings.HasPrefix(p, module+"/") || covered[p] {
+			continue
+		}
+		rel := short(p)
+		if strings.HasPrefix(rel, "internal/") || strings.HasPrefix(rel, "cmd/") || strings.HasPrefix(rel, "api/") {
+			continue
+		}
+		missing = append(missing, rel)
+	}
+	sort.Strings(missing)
+	for _, m := range missing {
+		t.Errorf("package %s sits at the root of the module but has no row in libraryRules: a root package is a library for other programs; give it a row, or move it under internal/<binary>/", m)
+	}
+	// The walk must have seen the graph it claims to check.
+	if path := pathTo(pkgs, module+"/localapi", []string{"google.golang.org/grpc"}); path == nil {
+		t.Error("localapi does not reach google.golang.org/grpc: is the import graph read right?")
+	}
+}
+
+// TestOwnership checks who imports the packages of each binary: bcd's and
+// fleetd's packages are their own, and the daemon's parts are the daemon's.
+func TestOwnership(t *testing.T) {
+	pkgs := listPackages(t)
+	checked := 0
+	for importer, info := range pkgs {
+		if !strings.HasPrefix(importer, module+"/") {
+			continue
+		}
+		for _, imp := range info.imports {
+			for _, r := range ownerRules {
+				if !hasPrefix(imp, r.prefix) {
+					continue
+				}
+				checked++
+				ok := false
+				for _, allowed := range r.importable {
+					if hasPrefix(importer, allowed) {
+						ok = true
+					}
+				}
+				if !ok {
+					t.Errorf("%s imports %s: %s", short(importer), short(imp), r.why)
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Error("no import of a binary's package was seen: is the import graph read right?")
+	}
+}
