@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/pki"
 )
@@ -95,7 +96,7 @@ func TestRenewalSurvivesACrashAtEveryStorageStep(t *testing.T) {
 			if !st.Leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }).Equal(st.Key.Public()) {
 				t.Fatalf("after a crash at %s the key does not match the certificate", step)
 			}
-			if _, err := os.Stat(filepath.Join(m.dataDir, identity.FileKeyNext)); !os.IsNotExist(err) {
+			if _, err := os.Stat(filepath.Join(m.dataDir, datadir.NextKeyFile)); !os.IsNotExist(err) {
 				t.Errorf("node.key.next is still there after LoadState: %v", err)
 			}
 			// The node goes on: it renews again.

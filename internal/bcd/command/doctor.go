@@ -5,15 +5,14 @@ import (
 	"crypto/x509"
 	"os"
 	"os/user"
-	"path/filepath"
 	"slices"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/doctor"
-	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/tpm"
 )
@@ -70,7 +69,7 @@ failure what to do. Exit status: 0 when all pass, 3 for a warning, 1 for a failu
 // whether the [helper] user could open the TPM itself.
 func tpmFacts(cfg *config.BCD) doctor.TPMFacts {
 	f := doctor.TPMFacts{HelperUser: cfg.Helper.User}
-	keyPath := filepath.Join(cfg.DataDir, identity.FileKey)
+	keyPath := datadir.Layout(cfg.DataDir).Key()
 	if b, err := os.ReadFile(keyPath); err == nil {
 		switch {
 		case !bytes.Contains(b, []byte(tpm.KeyRecordPEMType)):

@@ -16,6 +16,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/atomicfile"
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/hwclaims"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/journal"
@@ -279,7 +280,7 @@ func handOver(dir, userName string) error {
 	if err != nil {
 		return err
 	}
-	names := []string{"", identity.FileIdentity, identity.FileKey, identity.FileJournal, identity.FileJournal + "-wal", identity.FileJournal + "-shm"}
+	names := append([]string{"", datadir.IdentityFile, datadir.KeyFile}, datadir.JournalFiles()...)
 	for _, n := range names {
 		p := filepath.Join(dir, n)
 		if err := os.Lchown(p, int(uid), int(gid)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 
 	"github.com/spf13/pflag"
 
@@ -95,7 +94,7 @@ func (f *apiFlags) paths() (socket, keyFile string, err error) {
 	if f.socket != "" {
 		cfg.LocalAPI.Socket = f.socket
 	}
-	return cfg.SocketPath(), filepath.Join(cfg.CredentialsDir(), localserver.CLIKeyFile), nil
+	return cfg.SocketPath(), cfg.Layout().CLIKey(), nil
 }
 
 // dialCLI connects to the local API and signs as the command line.

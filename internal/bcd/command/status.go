@@ -3,13 +3,12 @@ package command
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
-	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/journal"
 )
 
@@ -69,7 +68,7 @@ func statusCommand() *cobra.Command {
 			fmt.Fprintf(w, "role:          %s\n", id.Role)
 			fmt.Fprintf(w, "site:          %s\n", siteOrDash(id.Site))
 			fmt.Fprintf(w, "generation:    %d\n", id.Generation)
-			fmt.Fprintf(w, "key:           %s (%s)\n", id.KeyKind, filepath.Join(dir, identity.FileKey))
+			fmt.Fprintf(w, "key:           %s (%s)\n", id.KeyKind, datadir.Layout(dir).Key())
 			fmt.Fprintf(w, "certificate:   %x\n", leaf.SerialNumber)
 			fmt.Fprintf(w, "valid until:   %s%s\n", leaf.NotAfter.UTC().Format(time.RFC3339), expired)
 			fmt.Fprintf(w, "next renewal:  %s (while bcd node runs)\n", next.UTC().Format(time.RFC3339))

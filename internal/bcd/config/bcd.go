@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/pki"
 
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/tomlfile"
 )
 
@@ -100,29 +101,15 @@ type Leases struct {
 	Resources []string `toml:"resources"`
 }
 
-// The directories bcd node keeps in data_dir besides the identity.
-const (
-	// RunDirName holds the socket and each running instance's key file
-	// and runtime configuration (mode 0700).
-	RunDirName = "run"
-	// CredentialsDirName holds command_line.key (mode 0700).
-	CredentialsDirName = "credentials"
-	// SocketName is the socket's name in the run directory.
-	SocketName = "bcd.sock"
-)
-
-// RunDir is <data_dir>/run.
-func (c *BCD) RunDir() string { return filepath.Join(c.dataDir(), RunDirName) }
-
-// CredentialsDir is <data_dir>/credentials.
-func (c *BCD) CredentialsDir() string { return filepath.Join(c.dataDir(), CredentialsDirName) }
+// Layout is the data directory's layout (data_dir, else the default).
+func (c *BCD) Layout() datadir.Layout { return datadir.Layout(c.dataDir()) }
 
 // SocketPath is [local_api] socket, or <data_dir>/run/bcd.sock.
 func (c *BCD) SocketPath() string {
 	if c.LocalAPI.Socket != "" {
 		return c.LocalAPI.Socket
 	}
-	return filepath.Join(c.RunDir(), SocketName)
+	return c.Layout().Socket()
 }
 
 func (c *BCD) dataDir() string {

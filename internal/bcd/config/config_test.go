@@ -72,4 +72,3 @@ func TestLoadBCDRefusals(t *testing.T) {
 		})
 	}
 }
-

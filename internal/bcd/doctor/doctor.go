@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 )
 
@@ -147,7 +148,7 @@ func CheckIdentity(dataDir string, loadErr error, leaf *x509.Certificate, now ti
 		r.Status, r.Fix = Warn, fixJoin
 		r.Message = "this node has not joined"
 		if dataDir != "" {
-			r.Message += fmt.Sprintf(" (no %s in %s)", identity.FileIdentity, dataDir)
+			r.Message += fmt.Sprintf(" (no %s in %s)", datadir.IdentityFile, dataDir)
 		}
 	case errors.Is(loadErr, fs.ErrPermission):
 		r.Status, r.Message = Fail, loadErr.Error()

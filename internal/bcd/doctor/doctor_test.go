@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 )
 
@@ -134,7 +135,7 @@ func TestCheckIdentity(t *testing.T) {
 	empty := t.TempDir()
 	_, errNotJoined := loaded(empty)
 	corrupt := t.TempDir()
-	if err := os.WriteFile(filepath.Join(corrupt, identity.FileIdentity), []byte("{not json"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(corrupt, datadir.IdentityFile), []byte("{not json"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, errCorrupt := loaded(corrupt)

@@ -11,12 +11,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/nodetrust/nodetrust/callsig"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/pki"
 )
@@ -406,7 +406,7 @@ func (m *Machine) Refresh() (bool, error) {
 }
 
 func statIdentity(dir string) (fileStamp, error) {
-	fi, err := os.Stat(filepath.Join(dir, identity.FileIdentity))
+	fi, err := os.Stat(datadir.Layout(dir).Identity())
 	if err != nil {
 		return fileStamp{}, fmt.Errorf("look for a renewed certificate: %w", err)
 	}

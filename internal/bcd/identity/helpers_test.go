@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 )
 
 const trustDomain = "nodetrust.test"
@@ -135,7 +137,7 @@ func writeIdentity(t testing.TB, dir string, id Identity) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, dir, FileIdentity, data)
+	writeFile(t, dir, datadir.IdentityFile, data)
 }
 
 func readFile(t testing.TB, dir, name string) []byte {

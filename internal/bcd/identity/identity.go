@@ -9,14 +9,6 @@ import (
 	"time"
 )
 
-// The files of an identity, in the data directory.
-const (
-	FileIdentity = "identity.json" // Identity as JSON, 0600
-	FileKey      = "node.key"      // the node key as PEM, 0600
-	FileKeyNext  = "node.key.next" // a renewal's next key while it is stored, 0600
-	FileJournal  = "journal.db"    // the node's journal
-)
-
 // Version is the identity.json format this package writes and the only one
 // LoadState reads.
 const Version = 1

@@ -12,9 +12,9 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 
 	"github.com/nodetrust/nodetrust/internal/atomicfile"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 )
 
 // PEM block types of node.key and node.key.next.
@@ -132,7 +132,7 @@ func LoadState(dir string, o LoadOptions) (*State, error) {
 	}
 
 	// Rule 1: identity.json.
-	idPath := filepath.Join(dir, FileIdentity)
+	idPath := datadir.Layout(dir).Identity()
 	data, err := os.ReadFile(idPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("%w (run bcd join)", ErrNotJoined)
@@ -159,8 +159,8 @@ func LoadState(dir string, o LoadOptions) (*State, error) {
 	// Rule 2: a renewal's next key.
 	var key crypto.Signer
 	var keyPEM []byte
-	keyPath := filepath.Join(dir, FileKey)
-	nextPath := filepath.Join(dir, FileKeyNext)
+	keyPath := datadir.Layout(dir).Key()
+	nextPath := datadir.Layout(dir).NextKey()
 	nextPEM, err := os.ReadFile(nextPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 )
 
 const (
@@ -45,7 +47,7 @@ func TestLoadState(t *testing.T) {
 		{
 			name: "not joined: a key without identity.json",
 			setup: func(t *testing.T, dir string) {
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
 			want: want{errIs: ErrNotJoined, errText: msgNotJoined},
 		},
@@ -53,7 +55,7 @@ func TestLoadState(t *testing.T) {
 			name: "joined",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
 			want: want{key: k1, keyFile: fileKeyPEM(t, k1)},
 		},
@@ -61,7 +63,7 @@ func TestLoadState(t *testing.T) {
 			name: "self-signed leaf",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, selfSignedIdentity(t, "n1", k1))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
 			want: want{key: k1},
 		},
@@ -69,8 +71,8 @@ func TestLoadState(t *testing.T) {
 			name: "next key the leaf certifies is promoted",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k2.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-				writeFile(t, dir, FileKeyNext, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k2))
 			},
 			want: want{key: k2, keyFile: fileKeyPEM(t, k2), nextGone: true},
 		},
@@ -78,7 +80,7 @@ func TestLoadState(t *testing.T) {
 			name: "next key promoted when node.key is missing",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k2.PublicKey))
-				writeFile(t, dir, FileKeyNext, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k2))
 			},
 			want: want{key: k2, keyFile: fileKeyPEM(t, k2), nextGone: true},
 		},
@@ -86,8 +88,8 @@ func TestLoadState(t *testing.T) {
 			name: "next key the leaf does not certify is removed",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-				writeFile(t, dir, FileKeyNext, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k2))
 			},
 			want: want{key: k1, keyFile: fileKeyPEM(t, k1), nextGone: true},
 		},
@@ -95,8 +97,8 @@ func TestLoadState(t *testing.T) {
 			name: "garbage next key is removed",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-				writeFile(t, dir, FileKeyNext, []byte("garbage\x00\x01"))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.NextKeyFile, []byte("garbage\x00\x01"))
 			},
 			want: want{key: k1, keyFile: fileKeyPEM(t, k1), nextGone: true},
 		},
@@ -104,8 +106,8 @@ func TestLoadState(t *testing.T) {
 			name: "empty next key is removed",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-				writeFile(t, dir, FileKeyNext, nil)
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.NextKeyFile, nil)
 			},
 			want: want{key: k1, nextGone: true},
 		},
@@ -113,8 +115,8 @@ func TestLoadState(t *testing.T) {
 			name: "next key of an unknown PEM type is removed",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-				writeFile(t, dir, FileKeyNext, keyPEM(t, k2, "SOMETHING ELSE"))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.NextKeyFile, keyPEM(t, k2, "SOMETHING ELSE"))
 			},
 			want: want{key: k1, nextGone: true},
 		},
@@ -122,9 +124,9 @@ func TestLoadState(t *testing.T) {
 			name: "unreadable next key is removed",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 				// A directory cannot be read as a file, even by root.
-				if err := os.Mkdir(filepath.Join(dir, FileKeyNext), 0o700); err != nil {
+				if err := os.Mkdir(filepath.Join(dir, datadir.NextKeyFile), 0o700); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -135,8 +137,8 @@ func TestLoadState(t *testing.T) {
 			tpm:  true,
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-				writeFile(t, dir, FileKeyNext, keyPEM(t, k2, PEMTypeTPMKey))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.NextKeyFile, keyPEM(t, k2, PEMTypeTPMKey))
 			},
 			want: want{key: k1, nextGone: true, closed: true},
 		},
@@ -144,18 +146,18 @@ func TestLoadState(t *testing.T) {
 			name: "TPM next key is kept when the loader has no TPM",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k2.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-				writeFile(t, dir, FileKeyNext, keyPEM(t, k2, PEMTypeTPMKey))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.NextKeyFile, keyPEM(t, k2, PEMTypeTPMKey))
 			},
-			want: want{contains: []string{"load the next node key", FileKeyNext, "no TPM key loader"}, nextKept: true, keyFile: fileKeyPEM(t, k1)},
+			want: want{contains: []string{"load the next node key", datadir.NextKeyFile, "no TPM key loader"}, nextKept: true, keyFile: fileKeyPEM(t, k1)},
 		},
 		{
 			name: "file-key node whose next key is in the TPM",
 			tpm:  true,
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k2.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-				writeFile(t, dir, FileKeyNext, keyPEM(t, k2, PEMTypeTPMKey))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.NextKeyFile, keyPEM(t, k2, PEMTypeTPMKey))
 			},
 			want: want{key: k2, keyFile: keyPEM(t, k2, PEMTypeTPMKey), nextGone: true},
 		},
@@ -163,7 +165,7 @@ func TestLoadState(t *testing.T) {
 			name: "key mismatch",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k2))
 			},
 			want: want{errIs: ErrKeyMismatch, errText: msgMismatch, keyFile: fileKeyPEM(t, k2)},
 		},
@@ -171,8 +173,8 @@ func TestLoadState(t *testing.T) {
 			name: "key mismatch after a mismatched next key was removed",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k2))
-				writeFile(t, dir, FileKeyNext, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k2))
 			},
 			want: want{errIs: ErrKeyMismatch, errText: msgMismatch, nextGone: true},
 		},
@@ -181,7 +183,7 @@ func TestLoadState(t *testing.T) {
 			tpm:  true,
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, keyPEM(t, k2, PEMTypeTPMKey))
+				writeFile(t, dir, datadir.KeyFile, keyPEM(t, k2, PEMTypeTPMKey))
 			},
 			want: want{errIs: ErrKeyMismatch, errText: msgMismatchTPM, closed: true},
 		},
@@ -192,17 +194,17 @@ func TestLoadState(t *testing.T) {
 				id := ca.identity(t, "n1", &k1.PublicKey)
 				id.KeyKind = KeyKindTPM
 				writeIdentity(t, dir, id)
-				writeFile(t, dir, FileKey, keyPEM(t, k1, PEMTypeTPMKey))
+				writeFile(t, dir, datadir.KeyFile, keyPEM(t, k1, PEMTypeTPMKey))
 			},
 			want: want{key: k1},
 		},
 		{
 			name: "corrupt identity.json",
 			setup: func(t *testing.T, dir string) {
-				writeFile(t, dir, FileIdentity, []byte(`{"version":1,"node_id":"n1","chain":[`))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.IdentityFile, []byte(`{"version":1,"node_id":"n1","chain":[`))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
-			want: want{contains: []string{FileIdentity + " is corrupt", wayBack}},
+			want: want{contains: []string{datadir.IdentityFile + " is corrupt", wayBack}},
 		},
 		{
 			name: "identity.json with a bad certificate",
@@ -210,9 +212,9 @@ func TestLoadState(t *testing.T) {
 				id := ca.identity(t, "n1", &k1.PublicKey)
 				id.Chain[0] = []byte("not DER")
 				writeIdentity(t, dir, id)
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
-			want: want{contains: []string{FileIdentity + " is corrupt", "chain certificate 0", wayBack}},
+			want: want{contains: []string{datadir.IdentityFile + " is corrupt", "chain certificate 0", wayBack}},
 		},
 		{
 			name: "identity.json without a certificate",
@@ -220,18 +222,18 @@ func TestLoadState(t *testing.T) {
 				id := ca.identity(t, "n1", &k1.PublicKey)
 				id.Chain = nil
 				writeIdentity(t, dir, id)
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
-			want: want{contains: []string{FileIdentity + " is corrupt", "no certificate", wayBack}},
+			want: want{contains: []string{datadir.IdentityFile + " is corrupt", "no certificate", wayBack}},
 		},
 		{
 			name: "corrupt identity.json leaves the next key alone",
 			setup: func(t *testing.T, dir string) {
-				writeFile(t, dir, FileIdentity, []byte(`garbage`))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-				writeFile(t, dir, FileKeyNext, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.IdentityFile, []byte(`garbage`))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k2))
 			},
-			want: want{contains: []string{FileIdentity + " is corrupt", wayBack}, nextKept: true},
+			want: want{contains: []string{datadir.IdentityFile + " is corrupt", wayBack}, nextKept: true},
 		},
 		{
 			name: "identity.json of a newer format",
@@ -239,24 +241,24 @@ func TestLoadState(t *testing.T) {
 				id := ca.identity(t, "n1", &k1.PublicKey)
 				id.Version = Version + 1
 				writeIdentity(t, dir, id)
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
-			want: want{contains: []string{FileIdentity, "format version 2", "upgrade bcd", wayBack}},
+			want: want{contains: []string{datadir.IdentityFile, "format version 2", "upgrade bcd", wayBack}},
 		},
 		{
 			name: "missing node.key",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
 			},
-			want: want{errIs: fs.ErrNotExist, contains: []string{FileKey + " is missing", wayBack}},
+			want: want{errIs: fs.ErrNotExist, contains: []string{datadir.KeyFile + " is missing", wayBack}},
 		},
 		{
 			name: "corrupt node.key",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
-				writeFile(t, dir, FileKey, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"))
+				writeFile(t, dir, datadir.KeyFile, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"))
 			},
-			want: want{errIs: ErrInvalidKey, contains: []string{FileKey + " is corrupt", wayBack}},
+			want: want{errIs: ErrInvalidKey, contains: []string{datadir.KeyFile + " is corrupt", wayBack}},
 		},
 	}
 	for _, tt := range tests {
@@ -295,11 +297,11 @@ func TestLoadState(t *testing.T) {
 				}
 			}
 			if w.keyFile != nil {
-				if got := readFile(t, dir, FileKey); string(got) != string(w.keyFile) {
+				if got := readFile(t, dir, datadir.KeyFile); string(got) != string(w.keyFile) {
 					t.Errorf("node.key afterwards is not the expected key")
 				}
 			}
-			next := exists(t, filepath.Join(dir, FileKeyNext))
+			next := exists(t, filepath.Join(dir, datadir.NextKeyFile))
 			if w.nextGone && next {
 				t.Error("node.key.next still exists")
 			}
@@ -368,7 +370,7 @@ func TestLoadStateRoundTrip(t *testing.T) {
 		!got.ServerTime.Equal(id.ServerTime) || !got.JoinedAt.Equal(id.JoinedAt) || !got.RenewedAt.IsZero() {
 		t.Errorf("identity after a round trip = %+v, want %+v", got, id)
 	}
-	if strings.Contains(string(readFile(t, dir, FileIdentity)), "renewed_at") {
+	if strings.Contains(string(readFile(t, dir, datadir.IdentityFile)), "renewed_at") {
 		t.Error("identity.json holds renewed_at before any renewal")
 	}
 }

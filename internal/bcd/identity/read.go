@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 )
 
 // ReadIdentity reads and parses identity.json in dir without changing any
@@ -20,7 +22,7 @@ import (
 // returns it (so it wraps fs.ErrNotExist when there is no identity.json); an
 // error in its content names the file.
 func ReadIdentity(dir string) (id Identity, leaf *x509.Certificate, chain, roots []*x509.Certificate, err error) {
-	path := filepath.Join(dir, FileIdentity)
+	path := datadir.Layout(dir).Identity()
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return Identity{}, nil, nil, nil, err
@@ -48,7 +50,7 @@ func ReadKey(dir string, leaf *x509.Certificate, load KeyLoader) (crypto.Signer,
 		load = LoadPKCS8Key
 	}
 	var errs []error
-	for _, name := range []string{FileKey, FileKeyNext} {
+	for _, name := range []string{datadir.KeyFile, datadir.NextKeyFile} {
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			errs = append(errs, err)
@@ -64,6 +66,6 @@ func ReadKey(dir string, leaf *x509.Certificate, load KeyLoader) (crypto.Signer,
 		}
 		CloseSigner(k)
 	}
-	mismatch := fmt.Errorf("%w: neither %s nor %s in %s is its key", ErrKeyMismatch, FileKey, FileKeyNext, dir)
+	mismatch := fmt.Errorf("%w: neither %s nor %s in %s is its key", ErrKeyMismatch, datadir.KeyFile, datadir.NextKeyFile, dir)
 	return nil, errors.Join(append([]error{mismatch}, errs...)...)
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 )
 
 // snapshot returns the names and contents of the files in dir.
@@ -46,7 +48,7 @@ func TestReadIdentity(t *testing.T) {
 	k := newKey(t)
 	id := ca.identity(t, "n1", &k.PublicKey)
 	writeIdentity(t, dir, id)
-	writeFile(t, dir, FileKey, fileKeyPEM(t, k))
+	writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k))
 	before := snapshot(t, dir)
 
 	got, leaf, chain, roots, err := ReadIdentity(dir)
@@ -69,7 +71,7 @@ func TestReadIdentity(t *testing.T) {
 	}
 
 	// The checks of LoadState.
-	path := filepath.Join(dir, FileIdentity)
+	path := filepath.Join(dir, datadir.IdentityFile)
 	noNode := id
 	noNode.NodeID = ""
 	noNode.Version = Version
@@ -84,7 +86,7 @@ func TestReadIdentity(t *testing.T) {
 		"bad root":         []byte(`{"version":1,"node_id":"n1","chain":["` + b64(id.Chain[0]) + `"],"roots":["AAAA"]}`),
 		"version 0 stored": []byte(`{"node_id":"n1","chain":["` + b64(id.Chain[0]) + `"]}`),
 	} {
-		writeFile(t, dir, FileIdentity, data)
+		writeFile(t, dir, datadir.IdentityFile, data)
 		before := snapshot(t, dir)
 		_, _, _, _, err := ReadIdentity(dir)
 		if err == nil || !strings.Contains(err.Error(), path) {
@@ -119,8 +121,8 @@ func TestReadKey(t *testing.T) {
 	t.Run("node.key", func(t *testing.T) {
 		dir := t.TempDir()
 		writeIdentity(t, dir, id1)
-		writeFile(t, dir, FileKey, fileKeyPEM(t, k1))
-		writeFile(t, dir, FileKeyNext, fileKeyPEM(t, k2))
+		writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
+		writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k2))
 		before := snapshot(t, dir)
 		key, err := ReadKey(dir, leaf(id1), nil)
 		if err != nil {
@@ -136,8 +138,8 @@ func TestReadKey(t *testing.T) {
 		// A renewal stored identity.json but has not promoted the next key.
 		dir := t.TempDir()
 		writeIdentity(t, dir, id2)
-		writeFile(t, dir, FileKey, keyPEM(t, k1, PEMTypeTPMKey))
-		writeFile(t, dir, FileKeyNext, keyPEM(t, k2, PEMTypeTPMKey))
+		writeFile(t, dir, datadir.KeyFile, keyPEM(t, k1, PEMTypeTPMKey))
+		writeFile(t, dir, datadir.NextKeyFile, keyPEM(t, k2, PEMTypeTPMKey))
 		before := snapshot(t, dir)
 		var closed bool
 		key, err := ReadKey(dir, leaf(id2), tpmLoader(&closed))
@@ -156,7 +158,7 @@ func TestReadKey(t *testing.T) {
 	t.Run("no match", func(t *testing.T) {
 		dir := t.TempDir()
 		writeIdentity(t, dir, id1)
-		writeFile(t, dir, FileKey, fileKeyPEM(t, other))
+		writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, other))
 		before := snapshot(t, dir)
 		_, err := ReadKey(dir, leaf(id1), nil)
 		if !errors.Is(err, ErrKeyMismatch) || !errors.Is(err, fs.ErrNotExist) {
@@ -168,12 +170,12 @@ func TestReadKey(t *testing.T) {
 	t.Run("loader errors", func(t *testing.T) {
 		dir := t.TempDir()
 		writeIdentity(t, dir, id1)
-		writeFile(t, dir, FileKey, []byte("not a key"))
-		writeFile(t, dir, FileKeyNext, fileKeyPEM(t, k1))
+		writeFile(t, dir, datadir.KeyFile, []byte("not a key"))
+		writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k1))
 		before := snapshot(t, dir)
 		busy := errors.New("TPM busy")
 		_, err := ReadKey(dir, leaf(id1), func([]byte) (crypto.Signer, error) { return nil, busy })
-		if !errors.Is(err, ErrKeyMismatch) || !errors.Is(err, busy) || !strings.Contains(err.Error(), FileKeyNext) {
+		if !errors.Is(err, ErrKeyMismatch) || !errors.Is(err, busy) || !strings.Contains(err.Error(), datadir.NextKeyFile) {
 			t.Errorf("err = %v, want ErrKeyMismatch joined with the loader's errors", err)
 		}
 		// An invalid node.key is passed over for node.key.next.

@@ -12,12 +12,8 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/atomicfile"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 )
-
-// journalSidecars are the files SQLite keeps beside journal.db. They move
-// with it, so a moved journal stays whole and the next journal.db is not
-// mixed with the old one's write-ahead log.
-var journalSidecars = []string{"-wal", "-shm", "-journal"}
 
 // Persist stores a newly joined identity in dir (join step 6), creating dir
 // with mode 0700 if it is missing:
@@ -43,7 +39,7 @@ func Persist(dir string, id Identity, keyPEM []byte, now time.Time) error {
 		return fmt.Errorf("persist identity: %w", err)
 	}
 
-	idPath := filepath.Join(dir, FileIdentity)
+	idPath := datadir.Layout(dir).Identity()
 	old, err := os.ReadFile(idPath)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -64,10 +60,10 @@ func Persist(dir string, id Identity, keyPEM []byte, now time.Time) error {
 		}
 	}
 
-	if err := atomicfile.Remove(filepath.Join(dir, FileKeyNext)); err != nil {
+	if err := atomicfile.Remove(datadir.Layout(dir).NextKey()); err != nil {
 		return fmt.Errorf("persist identity: remove the stale next node key: %w", err)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, FileKey), keyPEM, 0o600); err != nil {
+	if err := atomicfile.WriteFile(datadir.Layout(dir).Key(), keyPEM, 0o600); err != nil {
 		return fmt.Errorf("persist identity: %w", err)
 	}
 	if err := atomicfile.WriteFile(idPath, data, 0o600); err != nil {
@@ -79,7 +75,7 @@ func Persist(dir string, id Identity, keyPEM []byte, now time.Time) error {
 // moveJournalAside renames journal.db and its sidecars, those that exist, to
 // journal.db.<oldNode>-<unix time>.
 func moveJournalAside(dir, oldNode string, now time.Time) error {
-	names := existing(dir, journalFiles())
+	names := existing(dir, datadir.JournalFiles())
 	tag := freeTag(dir, names, "."+safeName(oldNode)+"-"+strconv.FormatInt(now.Unix(), 10))
 	for _, name := range names {
 		to := filepath.Join(dir, asideName(name, tag))
@@ -96,7 +92,7 @@ func WriteNextKey(dir string, keyPEM []byte) error {
 	if len(keyPEM) == 0 {
 		return errors.New("write the next node key: the key is empty")
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, FileKeyNext), keyPEM, 0o600); err != nil {
+	if err := atomicfile.WriteFile(datadir.Layout(dir).NextKey(), keyPEM, 0o600); err != nil {
 		return fmt.Errorf("write the next node key: %w", err)
 	}
 	return nil
@@ -137,11 +133,11 @@ func StoreRenewal(dir string, id Identity, keyPEM []byte, hook func(step string)
 		return fmt.Errorf("store renewal: %w", err)
 	}
 	hook(StepNextKey)
-	if err := atomicfile.WriteFile(filepath.Join(dir, FileIdentity), data, 0o600); err != nil {
+	if err := atomicfile.WriteFile(datadir.Layout(dir).Identity(), data, 0o600); err != nil {
 		return fmt.Errorf("store renewal: %w", err)
 	}
 	hook(StepIdentity)
-	if err := atomicfile.Rename(filepath.Join(dir, FileKeyNext), filepath.Join(dir, FileKey)); err != nil {
+	if err := atomicfile.Rename(datadir.Layout(dir).NextKey(), datadir.Layout(dir).Key()); err != nil {
 		return fmt.Errorf("store renewal: promote the next node key: %w", err)
 	}
 	hook(StepPromote)
@@ -152,15 +148,7 @@ func StoreRenewal(dir string, id Identity, keyPEM []byte, hook func(step string)
 // moves them: identity.json first, so an interrupted reset leaves a node that
 // has not joined rather than a half identity.
 func resetFiles() []string {
-	return append([]string{FileIdentity, FileKey, FileKeyNext}, journalFiles()...)
-}
-
-func journalFiles() []string {
-	names := []string{FileJournal}
-	for _, s := range journalSidecars {
-		names = append(names, FileJournal+s)
-	}
-	return names
+	return append([]string{datadir.IdentityFile, datadir.KeyFile, datadir.NextKeyFile}, datadir.JournalFiles()...)
 }
 
 // ResetPlan returns the full paths of the files in dir that MoveAside would
@@ -208,8 +196,8 @@ func existing(dir string, names []string) []string {
 // asideName is name with tag: after the name, or for a journal sidecar
 // between journal.db and the sidecar's suffix, so SQLite still pairs them.
 func asideName(name, tag string) string {
-	if rest, ok := strings.CutPrefix(name, FileJournal); ok && rest != "" {
-		return FileJournal + tag + rest
+	if rest, ok := strings.CutPrefix(name, datadir.JournalFile); ok && rest != "" {
+		return datadir.JournalFile + tag + rest
 	}
 	return name + tag
 }

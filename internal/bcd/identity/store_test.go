@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 )
 
 var now = time.Unix(1_760_000_000, 0)
@@ -29,7 +31,9 @@ func TestPersist(t *testing.T) {
 	ca := newCA(t)
 	k1, k2 := newKey(t), newKey(t)
 	journal := []byte("old journal")
-	aside := func(node string) string { return FileJournal + "." + node + "-" + strconv.FormatInt(now.Unix(), 10) }
+	aside := func(node string) string {
+		return datadir.JournalFile + "." + node + "-" + strconv.FormatInt(now.Unix(), 10)
+	}
 
 	tests := []struct {
 		name     string
@@ -46,43 +50,43 @@ func TestPersist(t *testing.T) {
 		{
 			name: "stale next key is removed",
 			setup: func(t *testing.T, dir string) {
-				writeFile(t, dir, FileKeyNext, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k2))
 			},
-			absent: []string{FileKeyNext},
+			absent: []string{datadir.NextKeyFile},
 		},
 		{
 			name: "another node's journal moves aside with its sidecars",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "old-node", &k2.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k2))
-				writeFile(t, dir, FileJournal, journal)
-				writeFile(t, dir, FileJournal+"-wal", []byte("wal"))
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.JournalFile, journal)
+				writeFile(t, dir, datadir.JournalFile+"-wal", []byte("wal"))
 			},
 			movedTo: aside("old-node"),
 			present: []string{aside("old-node") + "-wal"},
-			absent:  []string{FileJournal, FileJournal + "-wal"},
+			absent:  []string{datadir.JournalFile, datadir.JournalFile + "-wal"},
 		},
 		{
 			name: "the same node keeps its journal",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k2.PublicKey))
-				writeFile(t, dir, FileKey, fileKeyPEM(t, k2))
-				writeFile(t, dir, FileJournal, journal)
+				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k2))
+				writeFile(t, dir, datadir.JournalFile, journal)
 			},
 			keptJour: true,
 		},
 		{
 			name: "a journal without any previous identity stays",
 			setup: func(t *testing.T, dir string) {
-				writeFile(t, dir, FileJournal, journal)
+				writeFile(t, dir, datadir.JournalFile, journal)
 			},
 			keptJour: true,
 		},
 		{
 			name: "a corrupt previous identity counts as another node's",
 			setup: func(t *testing.T, dir string) {
-				writeFile(t, dir, FileIdentity, []byte("{garbage"))
-				writeFile(t, dir, FileJournal, journal)
+				writeFile(t, dir, datadir.IdentityFile, []byte("{garbage"))
+				writeFile(t, dir, datadir.JournalFile, journal)
 			},
 			movedTo: aside("unknown"),
 		},
@@ -90,7 +94,7 @@ func TestPersist(t *testing.T) {
 			name: "a node id unsafe in a file name is sanitized",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "../evil/node", &k2.PublicKey))
-				writeFile(t, dir, FileJournal, journal)
+				writeFile(t, dir, datadir.JournalFile, journal)
 			},
 			movedTo: aside(".._evil_node"),
 		},
@@ -98,7 +102,7 @@ func TestPersist(t *testing.T) {
 			name: "a taken name gets a counter",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "old-node", &k2.PublicKey))
-				writeFile(t, dir, FileJournal, journal)
+				writeFile(t, dir, datadir.JournalFile, journal)
 				writeFile(t, dir, aside("old-node"), []byte("earlier"))
 			},
 			movedTo: aside("old-node") + ".1",
@@ -109,7 +113,7 @@ func TestPersist(t *testing.T) {
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "old-node", &k2.PublicKey))
 			},
-			absent: []string{FileJournal, aside("old-node")},
+			absent: []string{datadir.JournalFile, aside("old-node")},
 		},
 	}
 	for _, tt := range tests {
@@ -123,7 +127,7 @@ func TestPersist(t *testing.T) {
 			if err := Persist(dir, id, fileKeyPEM(t, k1), now); err != nil {
 				t.Fatalf("Persist: %v", err)
 			}
-			for _, name := range []string{FileKey, FileIdentity} {
+			for _, name := range []string{datadir.KeyFile, datadir.IdentityFile} {
 				if m := mode(t, filepath.Join(dir, name)); m != 0o600 {
 					t.Errorf("%s mode = %v, want 0600", name, m)
 				}
@@ -149,12 +153,12 @@ func TestPersist(t *testing.T) {
 				if got := readFile(t, dir, tt.movedTo); string(got) != string(journal) {
 					t.Errorf("%s = %q, want the old journal", tt.movedTo, got)
 				}
-				if exists(t, filepath.Join(dir, FileJournal)) {
-					t.Errorf("%s still exists", FileJournal)
+				if exists(t, filepath.Join(dir, datadir.JournalFile)) {
+					t.Errorf("%s still exists", datadir.JournalFile)
 				}
 			}
 			if tt.keptJour {
-				if got := readFile(t, dir, FileJournal); string(got) != string(journal) {
+				if got := readFile(t, dir, datadir.JournalFile); string(got) != string(journal) {
 					t.Errorf("journal.db = %q, want it kept", got)
 				}
 			}
@@ -244,7 +248,7 @@ func checkAfterCrash(t *testing.T, dir string, want *ecdsa.PrivateKey) {
 	if !want.PublicKey.Equal(st.Key.Public()) || !want.PublicKey.Equal(st.Leaf.PublicKey) {
 		t.Fatal("after the crash the node has not the expected key and certificate")
 	}
-	if exists(t, filepath.Join(dir, FileKeyNext)) {
+	if exists(t, filepath.Join(dir, datadir.NextKeyFile)) {
 		t.Error("node.key.next survived LoadState")
 	}
 	// A second load sees the same state.
@@ -311,7 +315,7 @@ func TestStoreRenewal(t *testing.T) {
 	if err := WriteNextKey(dir, fileKeyPEM(t, k2)); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(dir, FileKeyNext)); err != nil {
+	if err := os.Remove(filepath.Join(dir, datadir.NextKeyFile)); err != nil {
 		t.Fatal(err)
 	}
 	var steps []string
@@ -321,12 +325,12 @@ func TestStoreRenewal(t *testing.T) {
 	if want := []string{StepNextKey, StepIdentity, StepPromote}; !slices.Equal(steps, want) {
 		t.Errorf("steps = %v, want %v", steps, want)
 	}
-	for _, name := range []string{FileKey, FileIdentity} {
+	for _, name := range []string{datadir.KeyFile, datadir.IdentityFile} {
 		if m := mode(t, filepath.Join(dir, name)); m != 0o600 {
 			t.Errorf("%s mode = %v, want 0600", name, m)
 		}
 	}
-	if exists(t, filepath.Join(dir, FileKeyNext)) {
+	if exists(t, filepath.Join(dir, datadir.NextKeyFile)) {
 		t.Error("node.key.next exists after StoreRenewal")
 	}
 	checkAfterCrash(t, dir, k2)
@@ -338,7 +342,7 @@ func TestWriteNextKey(t *testing.T) {
 	if err := WriteNextKey(dir, fileKeyPEM(t, k)); err != nil {
 		t.Fatal(err)
 	}
-	if m := mode(t, filepath.Join(dir, FileKeyNext)); m != 0o600 {
+	if m := mode(t, filepath.Join(dir, datadir.NextKeyFile)); m != 0o600 {
 		t.Errorf("node.key.next mode = %v, want 0600", m)
 	}
 	if err := WriteNextKey(dir, nil); err == nil {
@@ -425,12 +429,12 @@ func TestResetPlanAndMoveAside(t *testing.T) {
 	if err := Persist(dir, ca.identity(t, "n1", &k1.PublicKey), fileKeyPEM(t, k1), now); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, dir, FileKeyNext, fileKeyPEM(t, k2))
-	writeFile(t, dir, FileJournal, []byte("journal"))
-	writeFile(t, dir, FileJournal+"-wal", []byte("wal"))
+	writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k2))
+	writeFile(t, dir, datadir.JournalFile, []byte("journal"))
+	writeFile(t, dir, datadir.JournalFile+"-wal", []byte("wal"))
 	writeFile(t, dir, "config.toml", []byte("unrelated"))
 	ts := strconv.FormatInt(now.Unix(), 10)
-	writeFile(t, dir, FileKey+".reset-"+ts, []byte("an earlier reset"))
+	writeFile(t, dir, datadir.KeyFile+".reset-"+ts, []byte("an earlier reset"))
 
 	full := func(names ...string) []string {
 		var out []string
@@ -440,7 +444,7 @@ func TestResetPlanAndMoveAside(t *testing.T) {
 		return out
 	}
 	plan := ResetPlan(dir)
-	wantPlan := full(FileIdentity, FileKey, FileKeyNext, FileJournal, FileJournal+"-wal")
+	wantPlan := full(datadir.IdentityFile, datadir.KeyFile, datadir.NextKeyFile, datadir.JournalFile, datadir.JournalFile+"-wal")
 	if !slices.Equal(plan, wantPlan) {
 		t.Fatalf("ResetPlan = %v, want %v", plan, wantPlan)
 	}
@@ -453,7 +457,7 @@ func TestResetPlanAndMoveAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	tag := ".reset-" + ts + ".1" // node.key.reset-<ts> was taken
-	wantMoved := full(FileIdentity+tag, FileKey+tag, FileKeyNext+tag, FileJournal+tag, FileJournal+tag+"-wal")
+	wantMoved := full(datadir.IdentityFile+tag, datadir.KeyFile+tag, datadir.NextKeyFile+tag, datadir.JournalFile+tag, datadir.JournalFile+tag+"-wal")
 	if !slices.Equal(moved, wantMoved) {
 		t.Fatalf("MoveAside = %v, want %v", moved, wantMoved)
 	}
@@ -462,7 +466,7 @@ func TestResetPlanAndMoveAside(t *testing.T) {
 			t.Errorf("%s does not exist", p)
 		}
 	}
-	if got := readFile(t, dir, FileKey+".reset-"+ts); string(got) != "an earlier reset" {
+	if got := readFile(t, dir, datadir.KeyFile+".reset-"+ts); string(got) != "an earlier reset" {
 		t.Error("MoveAside overwrote an earlier reset's file")
 	}
 	if got := readFile(t, dir, "config.toml"); string(got) != "unrelated" {

@@ -21,7 +21,7 @@ import (
 	sqlite "modernc.org/sqlite"
 
 	"github.com/nodetrust/nodetrust/internal/atomicfile"
-	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 )
 
 // The kinds of entry bcd appends.
@@ -76,11 +76,6 @@ const (
 	// metaJournalID is the meta key of the journal id.
 	metaJournalID = "journal_id"
 )
-
-// sidecars are the files SQLite keeps beside journal.db. They move with it,
-// so a moved journal stays whole and a new journal.db is never paired with
-// an old write-ahead log.
-var sidecars = []string{"-wal", "-shm", "-journal"}
 
 // schema creates a journal. The triggers make the tables append-only for
 // every writer, not only for this package.
@@ -154,7 +149,7 @@ func Open(dir string, now func() time.Time) (*Journal, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("open the journal: data directory %s is not a directory", dir)
 	}
-	path := filepath.Join(dir, identity.FileJournal)
+	path := datadir.Layout(dir).Journal()
 	unlock, err := lockDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open the journal: %w", err)
@@ -253,7 +248,7 @@ func (j *Journal) Close() error {
 // file either. If a writer checkpoints at that very moment, the read may
 // fail; calling ReadLast again then succeeds.
 func ReadLast(dir string, n int) (id string, entries []Entry, err error) {
-	path := filepath.Join(dir, identity.FileJournal)
+	path := datadir.Layout(dir).Journal()
 	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
 		return "", nil, nil
 	} else if err != nil {
@@ -328,7 +323,7 @@ func classify(err error, what string) error {
 // aside: a downgrade must not throw the journal away.
 func newerError(version int) error {
 	return fmt.Errorf("the journal has format %d, which this bcd cannot read; upgrade bcd, or move %s aside to start a new journal",
-		version, identity.FileJournal)
+		version, datadir.JournalFile)
 }
 
 // openChecked opens the journal at path, creating it with mode 0600 and
@@ -609,15 +604,13 @@ func dsn(path string, q url.Values) string {
 }
 
 // journalNames returns journal.db and its sidecars' names, journal.db first.
-func journalNames() []string {
-	return append([]string{identity.FileJournal}, sidecarNames()...)
-}
+func journalNames() []string { return datadir.JournalFiles() }
 
 // sidecarNames returns the names of journal.db's sidecars.
 func sidecarNames() []string {
 	var names []string
-	for _, s := range sidecars {
-		names = append(names, identity.FileJournal+s)
+	for _, s := range datadir.JournalSidecars {
+		names = append(names, datadir.JournalFile+s)
 	}
 	return names
 }
@@ -672,8 +665,8 @@ func taggedNames(names []string, tag string) []string {
 
 // taggedName is name with tag: journal.db.<tag>, journal.db.<tag>-wal.
 func taggedName(name, tag string) string {
-	if rest, ok := strings.CutPrefix(name, identity.FileJournal); ok {
-		return identity.FileJournal + tag + rest
+	if rest, ok := strings.CutPrefix(name, datadir.JournalFile); ok {
+		return datadir.JournalFile + tag + rest
 	}
 	return name + tag
 }

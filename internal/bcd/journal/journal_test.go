@@ -16,7 +16,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 )
 
 // clock is a test clock that advances a second on every reading.
@@ -97,7 +97,7 @@ func names(t *testing.T, dir string) []string {
 func writeIdentityFile(t *testing.T, dir string) []byte {
 	t.Helper()
 	data := []byte(`{"version":1,"node_id":"web-01"}` + "\n")
-	if err := os.WriteFile(filepath.Join(dir, identity.FileIdentity), data, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, datadir.IdentityFile), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return data
@@ -251,7 +251,7 @@ func TestWipedJournalStartsOver(t *testing.T) {
 	if es := lastEntries(t, j, 10); len(es) != 0 {
 		t.Errorf("a wiped journal has entries: %+v", es)
 	}
-	if got, _ := os.ReadFile(filepath.Join(dir, identity.FileIdentity)); !bytes.Equal(got, idData) {
+	if got, _ := os.ReadFile(filepath.Join(dir, datadir.IdentityFile)); !bytes.Equal(got, idData) {
 		t.Error("identity.json changed")
 	}
 }
@@ -284,23 +284,23 @@ var corruptions = []struct {
 	{"random bytes", "not a database", func(t *testing.T, dir string) {
 		junk := make([]byte, 8192)
 		rand.Read(junk)
-		if err := os.WriteFile(filepath.Join(dir, identity.FileJournal), junk, 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, datadir.JournalFile), junk, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}},
 	{"another database", "no table", func(t *testing.T, dir string) {
-		path := filepath.Join(dir, identity.FileJournal)
+		path := filepath.Join(dir, datadir.JournalFile)
 		if err := os.Remove(path); err != nil {
 			t.Fatal(err)
 		}
 		rawExec(t, path, `CREATE TABLE other (x)`, `INSERT INTO other VALUES (1)`)
 	}},
 	{"no journal id", "no journal id", func(t *testing.T, dir string) {
-		rawExec(t, filepath.Join(dir, identity.FileJournal), `DROP TRIGGER meta_no_delete`, `DELETE FROM meta`)
+		rawExec(t, filepath.Join(dir, datadir.JournalFile), `DROP TRIGGER meta_no_delete`, `DELETE FROM meta`)
 	}},
 	{"damaged pages", "integrity_check", func(t *testing.T, dir string) {
 		// Overwrite every page but the first, which keeps the header.
-		path := filepath.Join(dir, identity.FileJournal)
+		path := filepath.Join(dir, datadir.JournalFile)
 		data, err := os.ReadFile(path)
 		if err != nil {
 			t.Fatal(err)
@@ -335,7 +335,7 @@ func TestCorruptJournalMovedAside(t *testing.T) {
 			dir := t.TempDir()
 			idData := writeIdentityFile(t, dir)
 			keyData := []byte("-----BEGIN PRIVATE KEY-----\n")
-			if err := os.WriteFile(filepath.Join(dir, identity.FileKey), keyData, 0o600); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, datadir.KeyFile), keyData, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			j, err := Open(dir, nil)
@@ -350,7 +350,7 @@ func TestCorruptJournalMovedAside(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.make(t, dir)
-			corrupt, err := os.ReadFile(filepath.Join(dir, identity.FileJournal))
+			corrupt, err := os.ReadFile(filepath.Join(dir, datadir.JournalFile))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -378,13 +378,13 @@ func TestCorruptJournalMovedAside(t *testing.T) {
 				t.Errorf("the new journal has entries: %+v", es)
 			}
 			appendEntry(t, j, KindStarted, "web-01", "")
-			if got, _ := os.ReadFile(filepath.Join(dir, identity.FileIdentity)); !bytes.Equal(got, idData) {
+			if got, _ := os.ReadFile(filepath.Join(dir, datadir.IdentityFile)); !bytes.Equal(got, idData) {
 				t.Error("identity.json changed")
 			}
-			if got, _ := os.ReadFile(filepath.Join(dir, identity.FileKey)); !bytes.Equal(got, keyData) {
+			if got, _ := os.ReadFile(filepath.Join(dir, datadir.KeyFile)); !bytes.Equal(got, keyData) {
 				t.Error("node.key changed")
 			}
-			checkMode(t, filepath.Join(dir, identity.FileJournal))
+			checkMode(t, filepath.Join(dir, datadir.JournalFile))
 		})
 	}
 }
@@ -393,7 +393,7 @@ func TestCorruptTwiceInOneSecond(t *testing.T) {
 	dir := t.TempDir()
 	when := fixedClock(time.Unix(1_770_000_000, 0))
 	for i := range 2 {
-		if err := os.WriteFile(filepath.Join(dir, identity.FileJournal), bytes.Repeat([]byte{byte(i + 1)}, 4096), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, datadir.JournalFile), bytes.Repeat([]byte{byte(i + 1)}, 4096), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		j, err := Open(dir, when)
@@ -421,7 +421,7 @@ func TestNewerJournalNotMoved(t *testing.T) {
 	if err := j.Close(); err != nil {
 		t.Fatal(err)
 	}
-	rawExec(t, filepath.Join(dir, identity.FileJournal), `PRAGMA user_version = 2`)
+	rawExec(t, filepath.Join(dir, datadir.JournalFile), `PRAGMA user_version = 2`)
 	before := names(t, dir)
 
 	if j, err := Open(dir, nil); err == nil {
@@ -470,7 +470,7 @@ func TestFileMode(t *testing.T) {
 			checkMode(t, path)
 		}
 	}
-	checkMode(t, filepath.Join(dir, identity.FileJournal))
+	checkMode(t, filepath.Join(dir, datadir.JournalFile))
 }
 
 func TestReadLastMissing(t *testing.T) {
@@ -519,7 +519,7 @@ func TestReadLast(t *testing.T) {
 func TestReadLastCorrupt(t *testing.T) {
 	dir := t.TempDir()
 	junk := bytes.Repeat([]byte("junk"), 1024)
-	if err := os.WriteFile(filepath.Join(dir, identity.FileJournal), junk, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, datadir.JournalFile), junk, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	before := listDir(t, dir)

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,7 +17,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/localv1"
 	"github.com/nodetrust/nodetrust/callsig"
-	"github.com/nodetrust/nodetrust/internal/bcd/config"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/federation"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/launch"
@@ -125,25 +124,26 @@ func New(cfg Config) (*Server, error) {
 		peers:     newPeerBook(),
 		relays:    newRelayPool(),
 	}
+	layout := datadir.Layout(cfg.DataDir)
 	if s.socket == "" {
-		s.socket = filepath.Join(cfg.DataDir, config.RunDirName, config.SocketName)
+		s.socket = layout.Socket()
 	}
 	var err error
 	if s.leases, err = leases.New(cfg.Resources, cfg.Now); err != nil {
 		return nil, err
 	}
-	if err := privateDir(filepath.Join(cfg.DataDir, config.RunDirName), "data_dir"); err != nil {
+	if err := privateDir(layout.Run(), "data_dir"); err != nil {
 		return nil, err
 	}
-	if s.instances, err = newRegistry(filepath.Join(cfg.DataDir, config.RunDirName, instancesDirName)); err != nil {
+	if s.instances, err = newRegistry(layout.Instances()); err != nil {
 		return nil, err
 	}
-	cli, made, err := cliKey(filepath.Join(cfg.DataDir, config.CredentialsDirName))
+	cli, made, err := cliKey(layout.Credentials())
 	if err != nil {
 		return nil, err
 	}
 	if made {
-		s.log.Info("made the command line's key", "file", filepath.Join(cfg.DataDir, config.CredentialsDirName, CLIKeyFile))
+		s.log.Info("made the command line's key", "file", layout.CLIKey())
 	}
 	s.machine, err = federation.New(federation.Config{Namespace: s.namespace, State: cfg.State, Dir: cfg.DataDir, LoadKey: cfg.LoadKey, Now: cfg.Now})
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/localv1"
 	"github.com/nodetrust/nodetrust/callsig"
-	"github.com/nodetrust/nodetrust/internal/bcd/config"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/localapi"
 )
 
@@ -279,13 +279,13 @@ func TestFilesAndModes(t *testing.T) {
 		}
 		return fi.Mode().Perm()
 	}
-	creds := filepath.Join(d.dataDir, config.CredentialsDirName)
+	creds := filepath.Join(d.dataDir, datadir.CredentialsDir)
 	for p, want := range map[string]os.FileMode{
-		d.Socket():                       0o600,
-		filepath.Dir(d.Socket()):         0o700,
-		creds:                            0o700,
-		filepath.Join(creds, CLIKeyFile): 0o600,
-		filepath.Join(d.dataDir, "run"):  0o700,
+		d.Socket():                               0o600,
+		filepath.Dir(d.Socket()):                 0o700,
+		creds:                                    0o700,
+		filepath.Join(creds, datadir.CLIKeyFile): 0o600,
+		filepath.Join(d.dataDir, "run"):          0o700,
 	} {
 		if got := mode(p); got != want {
 			t.Errorf("%s has mode %04o, want %04o", p, got, want)
@@ -301,7 +301,7 @@ func TestFilesAndModes(t *testing.T) {
 	if k2 := d.cliKey(t); !k2.Equal(key) {
 		t.Error("the command line's key changed from one start to the next")
 	}
-	if err := os.Chmod(filepath.Join(creds, CLIKeyFile), 0o644); err != nil {
+	if err := os.Chmod(filepath.Join(creds, datadir.CLIKeyFile), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := New(Config{State: fl.state(t, "node-a", false), DataDir: d.dataDir}); err == nil || !bytes.Contains([]byte(err.Error()), []byte("chmod 600")) {

@@ -13,11 +13,9 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/atomicfile"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/localapi"
 )
-
-// CLIKeyFile is the command line's key file in the credentials directory.
-const CLIKeyFile = "command_line.key"
 
 // privateDir makes dir with mode 0700, or checks that an existing one is
 // the daemon user's alone.
@@ -42,7 +40,7 @@ func cliKey(dir string) (ed25519.PublicKey, bool, error) {
 	if err := privateDir(dir, "data_dir"); err != nil {
 		return nil, false, err
 	}
-	path := filepath.Join(dir, CLIKeyFile)
+	path := filepath.Join(dir, datadir.CLIKeyFile) // dir is the layout's Credentials()
 	key, err := localapi.ReadKeyFile(path)
 	if err == nil {
 		return key.Public().(ed25519.PublicKey), false, nil

@@ -20,7 +20,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/localv1"
 	"github.com/nodetrust/nodetrust/callsig"
-	"github.com/nodetrust/nodetrust/internal/bcd/config"
+	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/localapi"
 	"github.com/nodetrust/nodetrust/pki"
@@ -172,7 +172,7 @@ func (d *testDaemon) signer(t *testing.T, sender string, key ed25519.PrivateKey,
 // cliKey reads the command line's key the daemon made.
 func (d *testDaemon) cliKey(t *testing.T) ed25519.PrivateKey {
 	t.Helper()
-	k, err := localapi.ReadKeyFile(filepath.Join(d.dataDir, config.CredentialsDirName, CLIKeyFile))
+	k, err := localapi.ReadKeyFile(filepath.Join(d.dataDir, datadir.CredentialsDir, datadir.CLIKeyFile))
 	if err != nil {
 		t.Fatal(err)
 	}

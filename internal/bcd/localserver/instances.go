@@ -19,9 +19,8 @@ import (
 
 // The files of one start of an instance, in run/instances/<name>.<start>/.
 const (
-	instancesDirName = "instances"
-	instanceKeyFile  = "key"
-	runtimeFile      = "runtime.json"
+	instanceKeyFile = "key"
+	runtimeFile     = "runtime.json"
 )
 
 // errNameTaken means an instance of that name runs on this machine.
