@@ -294,3 +294,34 @@ func (a *AK) Record() KeyRecord { return a.o.record }
 
 // Close unloads the AK (TPM2_FlushContext). Closing twice is a no-op.
 func (a *AK) Close() error { return a.o.close() }
+
+// NodeKey is a node key held in a TPM: a *Key of this package, or one held
+// through another process that owns the TPM (bcd helper's client). Close
+// unloads it.
+type NodeKey interface {
+	crypto.Signer
+	io.Closer
+	// SignContext signs a SHA-256 digest, honouring ctx.
+	SignContext(ctx context.Context, digest []byte) ([]byte, error)
+	// Name is the key's TPM name (Part 1, section 16).
+	Name() []byte
+	// PublicArea is the key's TPMT_PUBLIC.
+	PublicArea() []byte
+	// Record is what derives the key again.
+	Record() KeyRecord
+}
+
+// AttestationKey is an AK held in a TPM: an *AK of this package, or one
+// held through another process that owns the TPM. Close unloads it.
+type AttestationKey interface {
+	io.Closer
+	Public() crypto.PublicKey
+	Name() []byte
+	PublicArea() []byte
+	Record() KeyRecord
+}
+
+var (
+	_ NodeKey        = (*Key)(nil)
+	_ AttestationKey = (*AK)(nil)
+)

@@ -17,7 +17,6 @@ import (
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
-	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tpm"
 	"github.com/nodetrust/nodetrust/tpm/tpmtest"
@@ -133,7 +132,7 @@ func loadWithTPM(t *testing.T, sw *tpmtest.Swtpm, dataDir string) (*identity.Sta
 		t.Fatal(err)
 	}
 	defer tp.Close()
-	st, err := identity.LoadState(dataDir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: tpmhelper.Direct(tp)}.Loader(context.Background())})
+	st, err := identity.LoadState(dataDir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: agent.Direct(tp)}.Loader(context.Background())})
 	if st != nil {
 		if c, ok := st.Key.(interface{ Close() error }); ok {
 			c.Close()

@@ -58,21 +58,35 @@ var libraryRules = []struct {
 }
 
 // ownerRules say which packages of one binary may be imported by whom.
+// Patterns are as the go command's: "x/..." is x and everything under it,
+// "x" alone is x only.
 var ownerRules = []struct {
-	prefix     string   // packages this rule covers
-	importable []string // prefixes of the packages that may import them
+	pkgs       string   // the packages this rule covers
+	importable []string // the packages that may import them
 	why        string
 }{
-	{module + "/internal/bcd", []string{module + "/internal/bcd", module + "/cmd/bcd", module + "/internal/integration"},
+	{module + "/internal/bcd/...", []string{module + "/internal/bcd/...", module + "/cmd/bcd", module + "/internal/integration"},
 		"bcd's packages are bcd's alone"},
-	{module + "/internal/fleetd", []string{module + "/internal/fleetd", module + "/cmd/fleetd", module + "/internal/load", module + "/internal/integration"},
+	{module + "/internal/fleetd/...", []string{module + "/internal/fleetd/...", module + "/cmd/fleetd", module + "/internal/load", module + "/internal/integration"},
 		"fleetd's packages are fleetd's (and its load tool's) alone"},
-	{module + "/internal/bcd/federation", []string{module + "/internal/bcd/localserver"},
-		"machine proofs are the daemon's"},
-	{module + "/internal/bcd/leases", []string{module + "/internal/bcd/localserver"},
-		"leases are kept by the daemon's leases service"},
+	{module + "/internal/bcd", []string{module + "/internal/bcd/command"},
+		"bcd's wiring function is called by its command layer only"},
+	{module + "/internal/fleetd", []string{module + "/internal/fleetd/command"},
+		"fleetd's wiring function is called by its command layer only"},
 	{module + "/internal/bcd/localserver", []string{module + "/internal/bcd"},
-		"the local-API server is wired by bcd's wiring function and its commands only"},
+		"the local-API server is started by bcd's wiring function only"},
+	{module + "/internal/bcd/federation", []string{module + "/internal/bcd/localserver"},
+		"machine proofs are the local-API server's"},
+	{module + "/internal/bcd/leases", []string{module + "/internal/bcd/localserver"},
+		"leases are kept by the local-API server's leases service"},
+}
+
+// matchPattern reports whether p matches a go-command-style pattern.
+func matchPattern(p, pattern string) bool {
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return hasPrefix(p, base)
+	}
+	return p == pattern
 }
 
 // pkgInfo is what go list says of one package.
@@ -216,13 +230,13 @@ func TestOwnership(t *testing.T) {
 		}
 		for _, imp := range info.imports {
 			for _, r := range ownerRules {
-				if !hasPrefix(imp, r.prefix) {
+				if !matchPattern(imp, r.pkgs) {
 					continue
 				}
 				checked++
 				ok := false
 				for _, allowed := range r.importable {
-					if hasPrefix(importer, allowed) {
+					if matchPattern(importer, allowed) {
 						ok = true
 					}
 				}

@@ -22,7 +22,6 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/hwclaims"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
-	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm"
@@ -56,7 +55,7 @@ type JoinConfig struct {
 	Attestor string
 	// TPM is the host's TPM: node keys are made in it when set, and the
 	// tpm attestor needs it.
-	TPM tpmhelper.TPM
+	TPM TPM
 	// EventLog is the boot's measurement log the tpm attestor sends with
 	// its quote (the host's /sys/kernel/security/tpm0/binary_bios_measurements);
 	// nil for a TPM without one.

@@ -23,7 +23,6 @@ import (
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
-	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm"
@@ -70,7 +69,7 @@ type NodeConfig struct {
 	OnRenew func(*identity.State)
 	// TPM is the host's TPM, or nil. Next keys go into it, and a
 	// certificate that names a TPM AK renews only with that AK.
-	TPM tpmhelper.TPM
+	TPM TPM
 
 	// RenewFraction of a leaf's lifetime passes before it is renewed
 	// (default 0.6).
@@ -371,7 +370,7 @@ func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("read the current certificate: %w", err)
 	}
-	var ak tpmhelper.AttestationKey
+	var ak tpm.AttestationKey
 	if len(info.TPMAKName) > 0 {
 		// No downgrade: a certificate that names an AK renews only with
 		// a key that AK certifies, or not at all.
@@ -404,7 +403,7 @@ func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
 	}
 	req := &joinv1.RenewRequest{Csr: csr, Chain: st.Identity.Chain, ClientTimeUnixNano: t, Proof: proof}
 	if ak != nil {
-		tk, ok := key.(tpmhelper.NodeKey)
+		tk, ok := key.(tpm.NodeKey)
 		if !ok {
 			return nil, errors.New("the next key is not in the TPM")
 		}
@@ -418,7 +417,7 @@ func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
 }
 
 // loadAK loads the AK the certificate names and checks it is that AK.
-func (n *node) loadAK(ctx context.Context, name []byte) (tpmhelper.AttestationKey, error) {
+func (n *node) loadAK(ctx context.Context, name []byte) (tpm.AttestationKey, error) {
 	rec := n.state().Identity.TPMAK
 	if n.c.TPM == nil {
 		return nil, errors.New("the certificate names a TPM AK, and no TPM is open: set tpm in config.toml; renewal fails until then")

@@ -7,16 +7,15 @@ import (
 	"fmt"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
-	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
 	"github.com/nodetrust/nodetrust/tpm"
 )
 
 // tpmJoin is the tpm attestor's side of a join: the EK, an AK made for
 // this identity, and the AK's certification of the node key.
 type tpmJoin struct {
-	t  tpmhelper.TPM
-	ek *tpmhelper.EK
-	ak tpmhelper.AttestationKey
+	t  TPM
+	ek *tpm.EK
+	ak tpm.AttestationKey
 	// eventLog is the boot's measurement log, or nil where the TPM has
 	// none (swtpm, the simulator).
 	eventLog []byte
@@ -25,7 +24,7 @@ type tpmJoin struct {
 // evidence reads the EK certificate and EK, makes the AK, and has it
 // certify the node key over sha256(csr).
 func (j *tpmJoin) evidence(ctx context.Context, key crypto.Signer, csrHash []byte) (*joinv1.TpmEvidence, error) {
-	nodeKey, ok := key.(tpmhelper.NodeKey)
+	nodeKey, ok := key.(tpm.NodeKey)
 	if !ok {
 		return nil, errors.New("the tpm attestor needs the node key in the TPM")
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/nodetrust/nodetrust/internal/bcd"
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
@@ -83,24 +84,14 @@ func (f *connFlags) resolve() (*config.BCD, error) {
 func loadState(ctx context.Context, dir string, cfg *config.BCD, f connFlags) (*identity.State, error) {
 	spec, socket := "auto", ""
 	if cfg != nil {
-		spec, socket = cfg.TPM, helperSocket(cfg)
+		spec, socket = cfg.TPM, cfg.HelperSocket()
 	} else if f.tpm != "" {
 		spec = f.tpm
 	}
-	t, closeTPM, err := agent.OpenTPM(spec, socket, false, nil)
+	t, closeTPM, err := bcd.OpenTPM(spec, socket, false, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer closeTPM()
 	return identity.LoadState(dir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: t}.Loader(ctx)})
-}
-
-// helperSocket is bcd helper's socket when the [helper] section is set,
-// else "". Under [helper] even root goes through the helper, which owns
-// the TPM (a TPM without a resource manager serves one connection).
-func helperSocket(cfg *config.BCD) string {
-	if !cfg.Helper.Enabled() {
-		return ""
-	}
-	return cfg.Helper.Socket
 }

@@ -15,7 +15,9 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/atomicfile"
+	"github.com/nodetrust/nodetrust/internal/bcd"
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
+	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/hwclaims"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
@@ -111,7 +113,7 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 			return err
 		}
 	}
-	t, closeTPM, err := agent.OpenTPM(cfg.TPM, helperSocket(cfg), f.attestor == "tpm", func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "bcd: warning: "+msg) })
+	t, closeTPM, err := bcd.OpenTPM(cfg.TPM, cfg.HelperSocket(), f.attestor == "tpm", func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "bcd: warning: "+msg) })
 	if err != nil {
 		return err
 	}
@@ -276,7 +278,7 @@ func writeJoinRecord(dir string, signed *joinv1.SignedJoinResult) error {
 // unprivileged bcd node can read them. Lchown: a name swapped for a
 // symlink changes only the link, never what it points at.
 func handOver(dir, userName string) error {
-	uid, gid, err := lookupUser(userName)
+	uid, gid, err := config.Helper{User: userName}.IDs()
 	if err != nil {
 		return err
 	}

@@ -3,67 +3,13 @@ package command
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"os"
 
 	"github.com/spf13/pflag"
 
 	"github.com/nodetrust/nodetrust/callsig"
-	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
-	"github.com/nodetrust/nodetrust/internal/bcd/hwclaims"
-	"github.com/nodetrust/nodetrust/internal/bcd/identity"
-	"github.com/nodetrust/nodetrust/internal/bcd/localserver"
-	"github.com/nodetrust/nodetrust/internal/bcd/tpmhelper"
-	"github.com/nodetrust/nodetrust/internal/version"
 	"github.com/nodetrust/nodetrust/localapi"
 )
-
-// runWithLocalAPI runs the local API and federation listener (package
-// daemon) alongside run, the agent, until either ends. A local API that
-// cannot start stops bcd node with its error.
-func runWithLocalAPI(ctx context.Context, cfg *config.BCD, t tpmhelper.TPM, log *slog.Logger, run func(context.Context) error) error {
-	// The agent loads the identity again; nothing else runs yet, so this
-	// load's repairs (rule 2 of LoadState) cannot race with a renewal.
-	st, err := identity.LoadState(cfg.DataDir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: t}.Loader(ctx)})
-	if err != nil {
-		return err
-	}
-	resources := cfg.Leases.Resources
-	if resources == nil {
-		for i := range hwclaims.Read(os.Getenv(claimsRootEnv)).GPUUUIDs {
-			resources = append(resources, fmt.Sprintf("gpu%d", i))
-		}
-	}
-	d, err := localserver.New(localserver.Config{
-		State:            st,
-		DataDir:          cfg.DataDir,
-		Socket:           cfg.SocketPath(),
-		Namespace:        cfg.LocalAPI.Namespace,
-		FederationListen: cfg.Federation.Listen,
-		Peers:            cfg.Federation.Peers,
-		Resources:        resources,
-		LoadKey:          agent.Keys{TPM: t}.Loader(ctx),
-		Version:          version.Version,
-		Logger:           log,
-	})
-	if err != nil {
-		return fmt.Errorf("start the local API: %w", err)
-	}
-	ctx, stop := context.WithCancel(ctx)
-	defer stop()
-	derr := make(chan error, 1)
-	go func() {
-		derr <- d.Run(ctx)
-		stop()
-	}()
-	err = run(ctx)
-	stop()
-	if e := <-derr; e != nil && err == nil {
-		err = e
-	}
-	return err
-}
 
 // apiFlags say where the local API is: config.toml (or --data-dir) and an
 // optional --socket.

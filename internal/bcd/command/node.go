@@ -1,17 +1,14 @@
 package command
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"syscall"
-	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodetrust/nodetrust/internal/bcd"
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
-	"github.com/nodetrust/nodetrust/internal/bcd/journal"
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/version"
 )
@@ -42,43 +39,13 @@ it; join again with bcd join --reset --yes, then bcd join.`,
 			if err != nil {
 				return err
 			}
-			log := cli.NewLogger(cmd.ErrOrStderr(), logLevel)
-			t, closeTPM, err := agent.OpenTPM(cfg.TPM, helperSocket(cfg), false, func(msg string) { log.Warn(msg) })
-			if err != nil {
-				return err
-			}
-			defer closeTPM()
-			j, err := journal.Open(cfg.DataDir, time.Now)
-			if err != nil {
-				return fmt.Errorf("open the journal: %w", err)
-			}
-			defer j.Close()
-			if j.Recovered() {
-				log.Warn("the journal was unreadable and starts over; the identity is kept", "journal_id", j.ID())
-			}
-			nc := agent.NodeConfig{
-				Server:        cfg.Server,
-				ServerName:    cfg.ServerName,
-				Pins:          cfg.Pins,
-				DataDir:       cfg.DataDir,
-				Version:       version.Version,
-				Logger:        log,
-				Journal:       j,
-				TPM:           t,
-				RenewFraction: cfg.Renewal.Fraction,
-				BackoffMin:    cfg.Renewal.BackoffMin.Duration,
-				BackoffMax:    cfg.Renewal.BackoffMax.Duration,
-			}
-			if step := os.Getenv(crashAfterEnv); step != "" {
-				nc.AfterStore = func(s string) {
-					if s == step {
-						_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-						select {}
-					}
-				}
-			}
-			// The local API and federation listener run alongside the agent.
-			err = runWithLocalAPI(cmd.Context(), cfg, t, log, func(ctx context.Context) error { return agent.RunNode(ctx, nc) })
+			err = bcd.RunNode(cmd.Context(), bcd.NodeOptions{
+				Config:     cfg,
+				Logger:     cli.NewLogger(cmd.ErrOrStderr(), logLevel),
+				Version:    version.Version,
+				ClaimsRoot: os.Getenv(claimsRootEnv),
+				CrashAfter: os.Getenv(crashAfterEnv),
+			})
 			if errors.Is(err, agent.ErrRevoked) {
 				fmt.Fprintln(cmd.ErrOrStderr(), revokedLine)
 				return &cli.ExitError{Code: cli.ExitFailure}

@@ -16,8 +16,17 @@ func Command(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 		Short: "nodetrust node: joins the control plane and holds this machine's identity",
 		Long: `bcd gives this machine an identity from a nodetrust control plane and keeps it.
 
-  bcd join < token.txt       join with a token from the control plane's operator
-  bcd status                 show this machine's identity`,
+The identity:
+  bcd join < token.txt       join with a token (or --attestor tpm: the TPM's EK)
+  bcd node                   keep a live session and renew; serve the local API
+  bcd helper                 as root: own the TPM for an unprivileged bcd node
+  bcd status                 show this machine's identity and its journal
+  bcd doctor                 check everything, with the way back for each problem
+
+Signed calls (bcd node must run):
+  bcd run -- CMD             start an instance with a key of its own
+  bcd call SERVICE METHOD    call the daemon as the command line
+  bcd launch                 place instances on machines`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,

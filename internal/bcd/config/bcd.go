@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/user"
 	"path/filepath"
+	"strconv"
 
 	"github.com/nodetrust/nodetrust/pki"
 
@@ -167,6 +169,39 @@ type Helper struct {
 
 // Enabled reports whether the [helper] section names a user.
 func (h Helper) Enabled() bool { return h.User != "" }
+
+// IDs returns the uid and primary gid of the [helper] user (a name or a
+// number).
+func (h Helper) IDs() (uid, gid uint32, err error) {
+	u, err := user.Lookup(h.User)
+	if err != nil {
+		if _, nerr := strconv.Atoi(h.User); nerr == nil {
+			u, err = user.LookupId(h.User)
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("[helper] user %q: %w (create it, or name an existing user)", h.User, err)
+		}
+	}
+	id, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("[helper] user %q: uid %q: %w", h.User, u.Uid, err)
+	}
+	g, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return 0, 0, fmt.Errorf("[helper] user %q: gid %q: %w", h.User, u.Gid, err)
+	}
+	return uint32(id), uint32(g), nil
+}
+
+// HelperSocket is bcd helper's socket when the [helper] section is set,
+// else "". Under [helper] even root goes through the helper, which owns
+// the TPM (a TPM without a resource manager serves one connection).
+func (c *BCD) HelperSocket() string {
+	if !c.Helper.Enabled() {
+		return ""
+	}
+	return c.Helper.Socket
+}
 
 // Pins are the three trust anchors a node starts from.
 type Pins struct {

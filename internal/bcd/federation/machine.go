@@ -37,11 +37,12 @@ const refreshEvery = time.Second
 type Config struct {
 	// Namespace is the daemon's namespace. Required.
 	Namespace string
-	// State is the identity loaded at start. New takes over its key: it
-	// keeps a file key until Close, and releases a key that holds a
-	// resource (an io.Closer, such as a TPM key) once it has signed the
-	// boot statement, loading it again from Dir when it needs it. Nil
-	// makes a Machine with no machine certificate, of node NodeID.
+	// State is the identity loaded at start, shared with its owner (the
+	// agent): New signs the boot statement with its key and never closes
+	// it. It keeps a file key; a key that holds a resource (an io.Closer,
+	// such as a TPM key) it loads again from Dir when it needs it, and
+	// releases after each use. Nil makes a Machine with no machine
+	// certificate, of node NodeID.
 	State *identity.State
 	// NodeID is the node id when State is nil.
 	NodeID string
@@ -155,9 +156,10 @@ func New(cfg Config) (*Machine, error) {
 			err = fmt.Errorf("sign the boot statement with the node key: %w", err)
 		}
 	}
-	if _, holds := key.(io.Closer); holds || err != nil || len(cfg.State.Roots) == 0 {
-		identity.CloseSigner(key)
-	} else {
+	// The key stays its owner's (the agent's, which closes it after a
+	// renewal): a key that holds a resource is loaded again from Dir when
+	// needed, a file key costs nothing to keep.
+	if _, holds := key.(io.Closer); !holds && err == nil && len(cfg.State.Roots) > 0 {
 		c.key = key
 	}
 	if err != nil {

@@ -233,8 +233,10 @@ type closingKey struct {
 
 func (k closingKey) Close() error { k.open.Add(-1); return nil }
 
-// TestAKeyThatHoldsAResourceIsReleased: a TPM-like key is released after
-// the boot statement, and loaded only for each use after that.
+// TestAKeyThatHoldsAResourceIsReleased: a TPM-like key of the State is its
+// owner's (the agent's): New signs the boot statement with it and neither
+// keeps nor closes it; each later use loads the key for that use and
+// releases it.
 func TestAKeyThatHoldsAResourceIsReleased(t *testing.T) {
 	iss, root := newIssuer(t, testTD)
 	dir := t.TempDir()
@@ -259,8 +261,8 @@ func TestAKeyThatHoldsAResourceIsReleased(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := open.Load(); n != 0 {
-		t.Fatalf("%d keys open after New", n)
+	if n := open.Load(); n != 1 {
+		t.Fatalf("%d keys open after New, want 1: the State's, which its owner closes", n)
 	}
 	k, _, _ := ed25519.GenerateKey(rand.Reader)
 	_ = m.Endorse("x", k)
@@ -274,7 +276,11 @@ func TestAKeyThatHoldsAResourceIsReleased(t *testing.T) {
 	if _, err := cert.PrivateKey.(crypto.Signer).Sign(rand.Reader, digest, crypto.SHA256); err != nil {
 		t.Fatal(err)
 	}
+	if n := open.Load(); n != 1 {
+		t.Fatalf("%d keys open after a proof and a handshake, want 1: each use released what it loaded", n)
+	}
+	identity.CloseSigner(st.Key)
 	if n := open.Load(); n != 0 {
-		t.Fatalf("%d keys open after a proof and a handshake", n)
+		t.Fatalf("%d keys open after the owner closed its key", n)
 	}
 }

@@ -39,8 +39,9 @@ const (
 // Config configures New.
 type Config struct {
 	// State is the identity loaded at start; required. Its certificate is
-	// the machine certificate: New takes over its key. An identity with no
-	// roots gives a daemon with no machine certificate.
+	// the machine certificate. The state is shared with the agent, which
+	// owns its key: the daemon signs with it and never closes it. An
+	// identity with no roots gives a daemon with no machine certificate.
 	State *identity.State
 	// DataDir holds credentials/ and run/, and the identity from which a
 	// renewed certificate is read. Required.

@@ -31,7 +31,7 @@ type ClientConfig struct {
 }
 
 // Client calls bcd helper's TPM operations and checks every answer (see
-// the package documentation). It implements [TPM]. Its methods are safe for
+// the package documentation). It implements agent.TPM. Its methods are safe for
 // concurrent use; calls are sent one at a time on one connection, which is
 // made again when it breaks (bcd helper restarted, say).
 type Client struct {
@@ -43,8 +43,6 @@ type Client struct {
 	conn   *net.UnixConn // nil when not connected; guarded by lock
 	closed bool          // guarded by lock
 }
-
-var _ TPM = (*Client)(nil)
 
 // Dial connects to bcd helper at socketPath, with the default timeout.
 // A helper that refuses this process's uid makes it return an error
@@ -256,7 +254,7 @@ func newRecord(kind tpm.KeyKind) (tpm.KeyRecord, error) {
 // record (a fresh unique) and the helper derives it. The answer is checked:
 // the key has exactly the node key's attributes, and its name is computed
 // here. Store the record to load the key later. The NodeKey is a *Key.
-func (c *Client) NewNodeKey(ctx context.Context) (NodeKey, tpm.KeyRecord, error) {
+func (c *Client) NewNodeKey(ctx context.Context) (tpm.NodeKey, tpm.KeyRecord, error) {
 	rec, err := newRecord(tpm.KindNodeKey)
 	if err != nil {
 		return nil, tpm.KeyRecord{}, err
@@ -271,7 +269,7 @@ func (c *Client) NewNodeKey(ctx context.Context) (NodeKey, tpm.KeyRecord, error)
 // LoadNodeKey derives the node key of rec in the helper's TPM. When rec
 // names a key and the TPM derives another, the error wraps
 // [tpm.ErrKeyChanged]. The NodeKey is a *Key.
-func (c *Client) LoadNodeKey(ctx context.Context, rec tpm.KeyRecord) (NodeKey, error) {
+func (c *Client) LoadNodeKey(ctx context.Context, rec tpm.KeyRecord) (tpm.NodeKey, error) {
 	if rec.Kind != tpm.KindNodeKey || rec.Unique() == nil {
 		return nil, fmt.Errorf("%s: not a valid node key record", opNodeKey)
 	}
@@ -284,7 +282,7 @@ func (c *Client) LoadNodeKey(ctx context.Context, rec tpm.KeyRecord) (NodeKey, e
 
 // NewAK makes a new AK in the helper's TPM, as NewNodeKey does for the
 // node key. The AttestationKey is an *AK.
-func (c *Client) NewAK(ctx context.Context) (AttestationKey, tpm.KeyRecord, error) {
+func (c *Client) NewAK(ctx context.Context) (tpm.AttestationKey, tpm.KeyRecord, error) {
 	rec, err := newRecord(tpm.KindAK)
 	if err != nil {
 		return nil, tpm.KeyRecord{}, err
@@ -298,7 +296,7 @@ func (c *Client) NewAK(ctx context.Context) (AttestationKey, tpm.KeyRecord, erro
 
 // LoadAK derives the AK of rec in the helper's TPM; see LoadNodeKey. The
 // AttestationKey is an *AK.
-func (c *Client) LoadAK(ctx context.Context, rec tpm.KeyRecord) (AttestationKey, error) {
+func (c *Client) LoadAK(ctx context.Context, rec tpm.KeyRecord) (tpm.AttestationKey, error) {
 	if rec.Kind != tpm.KindAK || rec.Unique() == nil {
 		return nil, fmt.Errorf("%s: not a valid AK record", opAK)
 	}
@@ -314,7 +312,7 @@ func (c *Client) LoadAK(ctx context.Context, rec tpm.KeyRecord) (AttestationKey,
 // come from this client. The answer is checked: signed by the AK the helper
 // announced when ak was derived (else "the helper certified with another
 // AK"), a certification the TPM generated, naming key, over qualifyingData.
-func (c *Client) Certify(ctx context.Context, ak AttestationKey, key NodeKey, qualifyingData []byte) (attest, signature []byte, err error) {
+func (c *Client) Certify(ctx context.Context, ak tpm.AttestationKey, key tpm.NodeKey, qualifyingData []byte) (attest, signature []byte, err error) {
 	a, err := c.ownAK(opCertify, ak)
 	if err != nil {
 		return nil, nil, err
@@ -336,7 +334,7 @@ func (c *Client) Certify(ctx context.Context, ak AttestationKey, key NodeKey, qu
 	return resp.Attest, resp.Signature, nil
 }
 
-func (c *Client) ownAK(op string, ak AttestationKey) (*AK, error) {
+func (c *Client) ownAK(op string, ak tpm.AttestationKey) (*AK, error) {
 	a, ok := ak.(*AK)
 	if !ok || a.c != c {
 		return nil, fmt.Errorf("%s: the AK is not held by this helper", op)
@@ -382,7 +380,7 @@ func checkCertificates(certs map[uint32][]byte) error {
 // EK returns the public part of the helper's TPM's EK of kind, as
 // [tpm.TPM.EK] does; the client checks the public area is of that kind and
 // computes its name and key itself.
-func (c *Client) EK(ctx context.Context, kind tpm.EKKind) (*EK, error) {
+func (c *Client) EK(ctx context.Context, kind tpm.EKKind) (*tpm.EK, error) {
 	name, err := ekKindName(kind)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", opEK, err)
@@ -402,14 +400,14 @@ func (c *Client) EK(ctx context.Context, kind tpm.EKKind) (*EK, error) {
 	if err != nil {
 		return nil, untrusted(opEK, fmt.Errorf("the helper's %s EK: %w", got, err))
 	}
-	return &EK{Kind: got, Public: pub, PublicArea: resp.PublicArea, Name: ekName}, nil
+	return &tpm.EK{Kind: got, Public: pub, PublicArea: resp.PublicArea, Name: ekName}, nil
 }
 
 // ActivateCredential has the helper's TPM recover the secret a verifier
 // sealed to ek and ak's name, as [tpm.TPM.ActivateCredential] does. ak must
 // come from this client and ek from [Client.EK]. The secret cannot be
 // checked here: the verifier that made the credential checks it.
-func (c *Client) ActivateCredential(ctx context.Context, ak AttestationKey, ek *EK, credentialBlob, encryptedSecret []byte) ([]byte, error) {
+func (c *Client) ActivateCredential(ctx context.Context, ak tpm.AttestationKey, ek *tpm.EK, credentialBlob, encryptedSecret []byte) ([]byte, error) {
 	a, err := c.ownAK(opActivate, ak)
 	if err != nil {
 		return nil, err
@@ -438,7 +436,7 @@ func (c *Client) ActivateCredential(ctx context.Context, ak AttestationKey, ek *
 // does. The answer is checked: signed by ak (else "the helper quoted with
 // another AK"), a quote the TPM generated over nonce and exactly pcrs, whose
 // digest is that of the values returned.
-func (c *Client) Quote(ctx context.Context, ak AttestationKey, nonce []byte, pcrs []int) (quoted, signature []byte, values map[int][]byte, err error) {
+func (c *Client) Quote(ctx context.Context, ak tpm.AttestationKey, nonce []byte, pcrs []int) (quoted, signature []byte, values map[int][]byte, err error) {
 	a, err := c.ownAK(opQuote, ak)
 	if err != nil {
 		return nil, nil, nil, err
@@ -471,7 +469,7 @@ type Key struct {
 	closed atomic.Bool
 }
 
-var _ NodeKey = (*Key)(nil)
+var _ tpm.NodeKey = (*Key)(nil)
 
 // Public returns the key's *ecdsa.PublicKey, from the public area the client
 // checked.
@@ -534,7 +532,7 @@ type AK struct {
 	closed atomic.Bool
 }
 
-var _ AttestationKey = (*AK)(nil)
+var _ tpm.AttestationKey = (*AK)(nil)
 
 // Public returns the AK's *ecdsa.PublicKey, from the public area the helper
 // announced and the client checked. Certifications and quotes must verify

@@ -19,6 +19,7 @@ import (
 	"github.com/google/go-tpm/tpm2"
 
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/tpm"
 	"github.com/nodetrust/nodetrust/tpm/tpmpub"
 	"github.com/nodetrust/nodetrust/tpm/tpmtest"
@@ -32,7 +33,7 @@ import (
 // control plane's verifier (package attest) does, so the same evidence comes
 // out of a TPM opened directly and of one behind the helper. It closes
 // everything it loads.
-func exercise(t *testing.T, impl TPM, direct *tpm.TPM) {
+func exercise(t *testing.T, impl agent.TPM, direct *tpm.TPM) {
 	t.Helper()
 	ctx := context.Background()
 
@@ -205,7 +206,7 @@ func testRoundTrip(t *testing.T, tt testTPM) {
 	c := dial(t, p, 0)
 
 	t.Run("direct", func(t *testing.T) {
-		exercise(t, Direct(tt.tp), tt.tp)
+		exercise(t, agent.Direct(tt.tp), tt.tp)
 		tt.requireHandles(t, 0)
 	})
 	t.Run("through the helper", func(t *testing.T) {
@@ -311,7 +312,7 @@ func testLRU(t *testing.T, tt testTPM) {
 	ctx := context.Background()
 	p := startHelper(t, tt, Config{MaxLoaded: 2}, hooks{}, "")
 	c := dial(t, p, 0)
-	var keys []NodeKey
+	var keys []tpm.NodeKey
 	for range 4 {
 		k, _, err := c.NewNodeKey(ctx)
 		if err != nil {

@@ -9,12 +9,13 @@
 // answer (see "What the client checks" below) and returns an error wrapping
 // [ErrUntrustedAnswer] when an answer does not check out.
 //
-// [TPM] is the part of a TPM the node uses. A [Client] implements it through
-// the helper, and [Direct] implements it on a *tpm.TPM the process opened
-// itself, so the agent can use either.
+// The agent's TPM interface (internal/bcd/agent.TPM) is the part of a TPM
+// the node uses. A [Client] implements it through the helper, and
+// agent.Direct on a *tpm.TPM the process opened itself, so the agent can use
+// either. Its keys are tpm.NodeKey and tpm.AttestationKey.
 //
-// Importers: bcd helper (Serve), bcd node and bcd join (Client, Direct). The
-// API is internal to nodetrust and may change.
+// Importers: bcd's wiring (internal/bcd: Serve for bcd helper, Client for
+// bcd node and bcd join). The API is internal to nodetrust and may change.
 //
 // # Who may call
 //

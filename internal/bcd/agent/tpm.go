@@ -1,79 +1,40 @@
-package tpmhelper
+package agent
 
 import (
 	"bytes"
 	"context"
-	"crypto"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 
 	"github.com/nodetrust/nodetrust/tpm"
 )
 
 // TPM is what the node does with a TPM: node keys, the AK, and the tpm
-// attestor's evidence. [Direct] implements it on a TPM this process opened,
-// a [Client] through bcd helper; the agent takes either.
+// attestor's evidence. [Direct] implements it on a TPM this process opened;
+// bcd helper's client (internal/bcd/tpmhelper.Client) implements it for an
+// unprivileged node that never opens the TPM itself. The agent takes either.
 type TPM interface {
 	// NewNodeKey makes a new node key; store the record to load it later.
-	NewNodeKey(ctx context.Context) (NodeKey, tpm.KeyRecord, error)
+	NewNodeKey(ctx context.Context) (tpm.NodeKey, tpm.KeyRecord, error)
 	// LoadNodeKey derives the node key of rec again; the error wraps
 	// tpm.ErrKeyChanged when the TPM derives another key than rec names.
-	LoadNodeKey(ctx context.Context, rec tpm.KeyRecord) (NodeKey, error)
+	LoadNodeKey(ctx context.Context, rec tpm.KeyRecord) (tpm.NodeKey, error)
 	// NewAK makes a new AK.
-	NewAK(ctx context.Context) (AttestationKey, tpm.KeyRecord, error)
+	NewAK(ctx context.Context) (tpm.AttestationKey, tpm.KeyRecord, error)
 	// LoadAK derives the AK of rec again.
-	LoadAK(ctx context.Context, rec tpm.KeyRecord) (AttestationKey, error)
+	LoadAK(ctx context.Context, rec tpm.KeyRecord) (tpm.AttestationKey, error)
 	// Certify has ak certify key (TPM2_Certify) over qualifyingData; both
 	// must come from this TPM.
-	Certify(ctx context.Context, ak AttestationKey, key NodeKey, qualifyingData []byte) (attest, signature []byte, err error)
+	Certify(ctx context.Context, ak tpm.AttestationKey, key tpm.NodeKey, qualifyingData []byte) (attest, signature []byte, err error)
 	// EKCertificates returns the EK certificates, keyed by NV index.
 	EKCertificates(ctx context.Context) (map[uint32][]byte, error)
 	// EK returns the public part of the EK of kind.
-	EK(ctx context.Context, kind tpm.EKKind) (*EK, error)
+	EK(ctx context.Context, kind tpm.EKKind) (*tpm.EK, error)
 	// ActivateCredential recovers the secret sealed to ek and ak's name.
-	ActivateCredential(ctx context.Context, ak AttestationKey, ek *EK, credentialBlob, encryptedSecret []byte) ([]byte, error)
+	ActivateCredential(ctx context.Context, ak tpm.AttestationKey, ek *tpm.EK, credentialBlob, encryptedSecret []byte) ([]byte, error)
 	// Quote has ak quote pcrs of the SHA-256 bank over nonce.
-	Quote(ctx context.Context, ak AttestationKey, nonce []byte, pcrs []int) (quoted, signature []byte, values map[int][]byte, err error)
-}
-
-// NodeKey is a node key held in a TPM: *tpm.Key, or *Key through bcd
-// helper. Close unloads it.
-type NodeKey interface {
-	crypto.Signer
-	io.Closer
-	SignContext(ctx context.Context, digest []byte) ([]byte, error)
-	Name() []byte
-	PublicArea() []byte
-	Record() tpm.KeyRecord
-}
-
-// AttestationKey is an AK held in a TPM: *tpm.AK, or *AK through bcd
-// helper. Close unloads it.
-type AttestationKey interface {
-	io.Closer
-	Public() crypto.PublicKey
-	Name() []byte
-	PublicArea() []byte
-	Record() tpm.KeyRecord
-}
-
-var (
-	_ NodeKey        = (*tpm.Key)(nil)
-	_ AttestationKey = (*tpm.AK)(nil)
-)
-
-// EK is the public part of an endorsement key, as [tpm.EK] without what
-// only package tpm may hold: what [TPM.ActivateCredential] needs.
-type EK struct {
-	Kind tpm.EKKind
-	// Public is an *rsa.PublicKey or an *ecdsa.PublicKey.
-	Public crypto.PublicKey
-	// PublicArea is the EK's TPMT_PUBLIC.
-	PublicArea []byte
-	// Name is the EK's TPM name.
-	Name []byte
+	Quote(ctx context.Context, ak tpm.AttestationKey, nonce []byte, pcrs []int) (quoted, signature []byte, values map[int][]byte, err error)
 }
 
 // Direct returns t as a [TPM], for a process that may open the TPM itself
@@ -87,7 +48,7 @@ type direct struct {
 	eks map[tpm.EKKind]*tpm.EK // guarded by mu
 }
 
-func (d *direct) NewNodeKey(ctx context.Context) (NodeKey, tpm.KeyRecord, error) {
+func (d *direct) NewNodeKey(ctx context.Context) (tpm.NodeKey, tpm.KeyRecord, error) {
 	k, rec, err := d.t.NewNodeKey(ctx)
 	if err != nil {
 		return nil, tpm.KeyRecord{}, err
@@ -95,7 +56,7 @@ func (d *direct) NewNodeKey(ctx context.Context) (NodeKey, tpm.KeyRecord, error)
 	return k, rec, nil
 }
 
-func (d *direct) LoadNodeKey(ctx context.Context, rec tpm.KeyRecord) (NodeKey, error) {
+func (d *direct) LoadNodeKey(ctx context.Context, rec tpm.KeyRecord) (tpm.NodeKey, error) {
 	k, err := d.t.LoadNodeKey(ctx, rec)
 	if err != nil {
 		return nil, err
@@ -103,7 +64,7 @@ func (d *direct) LoadNodeKey(ctx context.Context, rec tpm.KeyRecord) (NodeKey, e
 	return k, nil
 }
 
-func (d *direct) NewAK(ctx context.Context) (AttestationKey, tpm.KeyRecord, error) {
+func (d *direct) NewAK(ctx context.Context) (tpm.AttestationKey, tpm.KeyRecord, error) {
 	k, rec, err := d.t.NewAK(ctx)
 	if err != nil {
 		return nil, tpm.KeyRecord{}, err
@@ -111,7 +72,7 @@ func (d *direct) NewAK(ctx context.Context) (AttestationKey, tpm.KeyRecord, erro
 	return k, rec, nil
 }
 
-func (d *direct) LoadAK(ctx context.Context, rec tpm.KeyRecord) (AttestationKey, error) {
+func (d *direct) LoadAK(ctx context.Context, rec tpm.KeyRecord) (tpm.AttestationKey, error) {
 	k, err := d.t.LoadAK(ctx, rec)
 	if err != nil {
 		return nil, err
@@ -119,7 +80,7 @@ func (d *direct) LoadAK(ctx context.Context, rec tpm.KeyRecord) (AttestationKey,
 	return k, nil
 }
 
-func directAK(ak AttestationKey) (*tpm.AK, error) {
+func directAK(ak tpm.AttestationKey) (*tpm.AK, error) {
 	a, ok := ak.(*tpm.AK)
 	if !ok || a == nil {
 		return nil, errors.New("tpm: the AK is not held by this TPM connection")
@@ -127,7 +88,7 @@ func directAK(ak AttestationKey) (*tpm.AK, error) {
 	return a, nil
 }
 
-func (d *direct) Certify(ctx context.Context, ak AttestationKey, key NodeKey, qualifyingData []byte) ([]byte, []byte, error) {
+func (d *direct) Certify(ctx context.Context, ak tpm.AttestationKey, key tpm.NodeKey, qualifyingData []byte) ([]byte, []byte, error) {
 	a, err := directAK(ak)
 	if err != nil {
 		return nil, nil, err
@@ -143,7 +104,7 @@ func (d *direct) EKCertificates(ctx context.Context) (map[uint32][]byte, error) 
 	return d.t.EKCertificates(ctx)
 }
 
-func (d *direct) EK(ctx context.Context, kind tpm.EKKind) (*EK, error) {
+func (d *direct) EK(ctx context.Context, kind tpm.EKKind) (*tpm.EK, error) {
 	ek, err := d.t.EK(ctx, kind)
 	if err != nil {
 		return nil, err
@@ -151,10 +112,11 @@ func (d *direct) EK(ctx context.Context, kind tpm.EKKind) (*EK, error) {
 	d.mu.Lock()
 	d.eks[ek.Kind] = ek
 	d.mu.Unlock()
-	return &EK{Kind: ek.Kind, Public: ek.Public, PublicArea: ek.PublicArea, Name: ek.Name}, nil
+	c := *ek
+	return &c, nil
 }
 
-func (d *direct) ActivateCredential(ctx context.Context, ak AttestationKey, ek *EK, credentialBlob, encryptedSecret []byte) ([]byte, error) {
+func (d *direct) ActivateCredential(ctx context.Context, ak tpm.AttestationKey, ek *tpm.EK, credentialBlob, encryptedSecret []byte) ([]byte, error) {
 	a, err := directAK(ak)
 	if err != nil {
 		return nil, err
@@ -176,7 +138,7 @@ func (d *direct) ActivateCredential(ctx context.Context, ak AttestationKey, ek *
 	return d.t.ActivateCredential(ctx, a, tek, credentialBlob, encryptedSecret)
 }
 
-func (d *direct) Quote(ctx context.Context, ak AttestationKey, nonce []byte, pcrs []int) ([]byte, []byte, map[int][]byte, error) {
+func (d *direct) Quote(ctx context.Context, ak tpm.AttestationKey, nonce []byte, pcrs []int) ([]byte, []byte, map[int][]byte, error) {
 	a, err := directAK(ak)
 	if err != nil {
 		return nil, nil, nil, err
