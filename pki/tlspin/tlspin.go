@@ -9,9 +9,15 @@ import (
 	"github.com/nodetrust/nodetrust/pki"
 )
 
+// ErrUntrusted means the server is not the one the pin names: every
+// failure of [Verify] wraps it, so a caller can tell "this is not my
+// control plane" (final: the pins or the server are wrong) from "the
+// control plane cannot be reached" (worth a retry).
+var ErrUntrusted = errors.New("untrusted server")
+
 // ErrPinMismatch means no certificate the server presented has the pinned
-// public key.
-var ErrPinMismatch = errors.New("the server's certificate chain does not contain the pinned serving CA")
+// public key. It wraps [ErrUntrusted].
+var ErrPinMismatch = fmt.Errorf("%w: the server's certificate chain does not contain the pinned serving CA", ErrUntrusted)
 
 // Client returns a TLS 1.3 client configuration that accepts a server only
 // if its chain contains a CA certificate whose public key has pin and the
@@ -29,9 +35,10 @@ func Client(pin pki.Pin, serverName string, getCert func(*tls.CertificateRequest
 }
 
 // Verify checks a presented chain (leaf first) against pin and serverName.
+// Every failure wraps [ErrUntrusted].
 func Verify(chain []*x509.Certificate, pin pki.Pin, serverName string) error {
 	if len(chain) == 0 {
-		return errors.New("the server presented no certificate")
+		return fmt.Errorf("%w: the server presented no certificate", ErrUntrusted)
 	}
 	var anchor *x509.Certificate
 	inter := x509.NewCertPool()
@@ -54,7 +61,7 @@ func Verify(chain []*x509.Certificate, pin pki.Pin, serverName string) error {
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	})
 	if err != nil {
-		return fmt.Errorf("verify the server's certificate for %q under the pinned serving CA: %w", serverName, err)
+		return fmt.Errorf("%w: verify the server's certificate for %q under the pinned serving CA: %w", ErrUntrusted, serverName, err)
 	}
 	return nil
 }

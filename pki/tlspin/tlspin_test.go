@@ -71,9 +71,9 @@ func TestVerify(t *testing.T) {
 	}{
 		{"another CA's pin", []*x509.Certificate{leaf, ca.cert}, pki.PinOfCert(other.cert), "fleetd.test", "", ErrPinMismatch},
 		{"the pinned CA missing from the chain", []*x509.Certificate{leaf}, pin, "fleetd.test", "", ErrPinMismatch},
-		{"a leaf not issued by the pinned CA", []*x509.Certificate{other.leaf(t, "fleetd.test"), ca.cert}, pin, "fleetd.test", "verify the server's certificate", nil},
-		{"another server name", []*x509.Certificate{leaf, ca.cert}, pin, "evil.test", "evil.test", nil},
-		{"no certificate", nil, pin, "fleetd.test", "no certificate", nil},
+		{"a leaf not issued by the pinned CA", []*x509.Certificate{other.leaf(t, "fleetd.test"), ca.cert}, pin, "fleetd.test", "verify the server's certificate", ErrUntrusted},
+		{"another server name", []*x509.Certificate{leaf, ca.cert}, pin, "evil.test", "evil.test", ErrUntrusted},
+		{"no certificate", nil, pin, "fleetd.test", "no certificate", ErrUntrusted},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

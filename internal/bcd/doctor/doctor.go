@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
 // Status is the outcome of a check. The statuses are ordered from best to
@@ -248,10 +249,9 @@ func CheckClock(offset time.Duration, err error) Result {
 //
 //   - nil: Pass "control plane <server> answers over TLS pinned to
 //     serving_ca_spki_pin".
-//   - an error whose text names the pinned serving CA ("pinned serving CA",
-//     "not the one the pins name"): Fail, with the fix to check
-//     serving_ca_spki_pin against pki-bundle.json. The text is matched, not
-//     the error's type, since an error from a gRPC dial keeps only its text.
+//   - an error wrapping tlspin.ErrUntrusted (the server is not the one the
+//     pins name): Fail, with the fix to check serving_ca_spki_pin against
+//     pki-bundle.json.
 //   - any other error: Fail, with the fix to check the network path to
 //     server and that fleetd is running.
 func CheckReachable(server string, err error) Result {
@@ -260,7 +260,7 @@ func CheckReachable(server string, err error) Result {
 	case err == nil:
 		r.Status = Pass
 		r.Message = fmt.Sprintf("control plane %s answers over TLS pinned to serving_ca_spki_pin", server)
-	case strings.Contains(err.Error(), "pinned serving CA") || strings.Contains(err.Error(), "not the one the pins name"):
+	case errors.Is(err, tlspin.ErrUntrusted):
 		r.Status, r.Fix = Fail, fixPin
 		r.Message = dropWayBack(err.Error(), fixPin)
 	default:

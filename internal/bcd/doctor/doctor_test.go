@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
@@ -253,11 +254,14 @@ func TestCheckReachable(t *testing.T) {
 	}{
 		{"answers", nil, Pass, "control plane fleet.example.test:443 answers over TLS pinned to serving_ca_spki_pin", ""},
 		{"pin mismatch",
-			fmt.Errorf("dial: %w", errors.New("the server's certificate chain does not contain the pinned serving CA (pin sha256:abc); "+fixPin)),
+			fmt.Errorf("dial: %w", fmt.Errorf("%w (pin sha256:abc); "+fixPin, tlspin.ErrPinMismatch)),
 			Fail, "does not contain the pinned serving CA (pin sha256:abc)", fixPin},
 		{"wrong control plane",
-			errors.New("the control plane at fleet.example.test:443 is not the one the pins name: bad signature"),
+			fmt.Errorf("the control plane at fleet.example.test:443 is not the one the pins name: %w", fmt.Errorf("%w: bad signature", tlspin.ErrUntrusted)),
 			Fail, "not the one the pins name", fixPin},
+		{"a message that only mentions a pin is not a pin problem",
+			errors.New("dial tcp: lookup pinned serving CA: no such host"), Fail,
+			"cannot reach the control plane fleet.example.test:443", "check that fleet.example.test:443 is reachable from this machine (firewall, DNS) and that fleetd is running"},
 		{"refused", errors.New("dial tcp 192.0.2.1:443: connect: connection refused"), Fail,
 			"cannot reach the control plane fleet.example.test:443: dial tcp 192.0.2.1:443: connect: connection refused",
 			"check that fleet.example.test:443 is reachable from this machine (firewall, DNS) and that fleetd is running"},
