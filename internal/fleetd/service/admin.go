@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
@@ -41,7 +40,7 @@ func (s *Server) authorizeAdmin(ctx context.Context, req any, info *grpc.UnarySe
 	}
 	name, ok := s.adminFromPeer(ctx)
 	if !ok {
-		return nil, status.Error(codes.Unauthenticated, "admin calls need the admin client certificate from 'fleetd init' (admin/owner.crt)")
+		return nil, refused(codes.Unauthenticated, "admin calls need the admin client certificate from 'fleetd init' (admin/owner.crt)")
 	}
 	return h(context.WithValue(ctx, adminKey{}, name), req)
 }
@@ -74,34 +73,34 @@ func adminName(ctx context.Context) string {
 func (a *adminService) CreateToken(ctx context.Context, req *adminv1.CreateTokenRequest) (*adminv1.CreateTokenResponse, error) {
 	s := a.s
 	if req.Role == "" {
-		return nil, status.Error(codes.InvalidArgument, "a token needs a role (--role)")
+		return nil, refused(codes.InvalidArgument, "a token needs a role (--role)")
 	}
 	if err := pki.ValidNodeID(req.Role); err != nil {
-		return nil, status.Errorf(codes.InvalidArgument, "role %q: %v", req.Role, err)
+		return nil, refused(codes.InvalidArgument, "role %q: %v", req.Role, err)
 	}
 	if req.Site != "" {
 		if err := pki.ValidNodeID(req.Site); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "site %q: %v", req.Site, err)
+			return nil, refused(codes.InvalidArgument, "site %q: %v", req.Site, err)
 		}
 	}
 	if req.NodeId != "" {
 		if err := pki.ValidNodeID(req.NodeId); err != nil {
-			return nil, status.Errorf(codes.InvalidArgument, "node id %q: %v", req.NodeId, err)
+			return nil, refused(codes.InvalidArgument, "node id %q: %v", req.NodeId, err)
 		}
 	}
 	ttl := s.cfg.TokenTTL
 	if req.TtlSeconds < 0 {
-		return nil, status.Error(codes.InvalidArgument, "ttl must be positive")
+		return nil, refused(codes.InvalidArgument, "ttl must be positive")
 	}
 	if req.TtlSeconds > 0 {
 		ttl = time.Duration(req.TtlSeconds) * time.Second
 	}
 	if ttl > s.cfg.MaxTokenTTL {
-		return nil, status.Errorf(codes.InvalidArgument, "ttl %s is longer than max_token_ttl (%s)", ttl, s.cfg.MaxTokenTTL)
+		return nil, refused(codes.InvalidArgument, "ttl %s is longer than max_token_ttl (%s)", ttl, s.cfg.MaxTokenTTL)
 	}
 	secret, hash, id, err := NewToken()
 	if err != nil {
-		return nil, status.Error(codes.Internal, "make token")
+		return nil, unavailable("make token", "make token; retry", err)
 	}
 	now := s.cfg.Now()
 	t := store.Token{
@@ -110,7 +109,7 @@ func (a *adminService) CreateToken(ctx context.Context, req *adminv1.CreateToken
 		CreatedBy: adminName(ctx), CreatedAt: now, ExpiresAt: now.Add(ttl),
 	}
 	if err := s.cfg.Store.CreateToken(ctx, t); err != nil {
-		return nil, s.storeError(ctx, "create token", err)
+		return nil, storeFailure("create token", err)
 	}
 	_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: "admin:" + t.CreatedBy, Action: "token.create", Subject: "token:" + id,
 		Detail: fmt.Sprintf("role %s site %s node %s reclaim %t expires %s", t.Role, t.Site, t.NodeID, t.AllowReclaim, t.ExpiresAt.UTC().Format(time.RFC3339))})
@@ -133,7 +132,7 @@ func NewToken() (secret string, hash []byte, id string, err error) {
 func (a *adminService) ListTokens(ctx context.Context, _ *adminv1.ListTokensRequest) (*adminv1.ListTokensResponse, error) {
 	ts, err := a.s.cfg.Store.ListTokens(ctx)
 	if err != nil {
-		return nil, a.s.storeError(ctx, "list tokens", err)
+		return nil, storeFailure("list tokens", err)
 	}
 	out := &adminv1.ListTokensResponse{}
 	for _, t := range ts {
@@ -145,7 +144,7 @@ func (a *adminService) ListTokens(ctx context.Context, _ *adminv1.ListTokensRequ
 func (a *adminService) ListNodes(ctx context.Context, _ *adminv1.ListNodesRequest) (*adminv1.ListNodesResponse, error) {
 	ns, err := a.s.cfg.Store.ListNodes(ctx)
 	if err != nil {
-		return nil, a.s.storeError(ctx, "list nodes", err)
+		return nil, storeFailure("list nodes", err)
 	}
 	out := &adminv1.ListNodesResponse{}
 	for _, n := range ns {
@@ -157,21 +156,9 @@ func (a *adminService) ListNodes(ctx context.Context, _ *adminv1.ListNodesReques
 func (a *adminService) GetNode(ctx context.Context, req *adminv1.GetNodeRequest) (*adminv1.GetNodeResponse, error) {
 	n, err := a.s.cfg.Store.GetNode(ctx, req.Id)
 	if err != nil {
-		return nil, a.s.storeError(ctx, "get node "+req.Id, err)
+		return nil, storeFailure("get node "+req.Id, err)
 	}
 	return &adminv1.GetNodeResponse{Node: nodeInfo(n)}, nil
-}
-
-// storeError maps a store error to a wire code, logging internal ones once.
-func (s *Server) storeError(ctx context.Context, op string, err error) error {
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return status.Errorf(codes.NotFound, "%s: not found", op)
-	case errors.Is(err, store.ErrConflict):
-		return status.Errorf(codes.AlreadyExists, "%s: conflict", op)
-	}
-	s.log.ErrorContext(ctx, "store failed", "op", op, "error", err)
-	return status.Errorf(codes.Unavailable, "%s: the store failed; retry, and see the server log", op)
 }
 
 func unix(t time.Time) int64 {
@@ -206,7 +193,7 @@ func (a *adminService) RevokeNode(ctx context.Context, req *adminv1.RevokeNodeRe
 	}
 	gen, serials, notified, err := a.s.revokeNode(ctx, req.Id, reason, false)
 	if err != nil {
-		return nil, a.s.storeError(ctx, "revoke node "+req.Id, err)
+		return nil, storeFailure("revoke node "+req.Id, err)
 	}
 	return &adminv1.RevokeNodeResponse{IdentityGeneration: gen, RevokedSerials: serials, SessionNotified: notified}, nil
 }
@@ -222,7 +209,7 @@ func (a *adminService) DeleteNode(ctx context.Context, req *adminv1.DeleteNodeRe
 	}
 	_, serials, notified, err := a.s.revokeNode(ctx, req.Id, reason, true)
 	if err != nil {
-		return nil, a.s.storeError(ctx, "delete node "+req.Id, err)
+		return nil, storeFailure("delete node "+req.Id, err)
 	}
 	return &adminv1.DeleteNodeResponse{RevokedSerials: serials, SessionNotified: notified}, nil
 }
@@ -232,9 +219,9 @@ func revokeReason(r string) (string, error) {
 	r = strings.TrimSpace(r)
 	switch {
 	case r == "":
-		return "", status.Error(codes.InvalidArgument, "a revocation needs a reason (--reason)")
+		return "", refused(codes.InvalidArgument, "a revocation needs a reason (--reason)")
 	case len(r) > 256 || strings.ContainsAny(r, "\n\r"):
-		return "", status.Error(codes.InvalidArgument, "the reason must be one line of at most 256 bytes")
+		return "", refused(codes.InvalidArgument, "the reason must be one line of at most 256 bytes")
 	}
 	return r, nil
 }
@@ -243,10 +230,10 @@ func (a *adminService) ApproveNode(ctx context.Context, req *adminv1.ApproveNode
 	now := a.s.cfg.Now()
 	ps, err := a.s.cfg.Store.ApprovePending(ctx, req.Id, adminName(ctx), now)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, status.Errorf(codes.NotFound, "no join of node %s is waiting for approval (see fleetd nodes pending)", req.Id)
+		return nil, refused(codes.NotFound, "no join of node %s is waiting for approval (see fleetd nodes pending)", req.Id)
 	}
 	if err != nil {
-		return nil, a.s.storeError(ctx, "approve node "+req.Id, err)
+		return nil, storeFailure("approve node "+req.Id, err)
 	}
 	_ = a.s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: actorOf(ctx), Action: "node.approve", Subject: req.Id, Detail: fmt.Sprintf("%d pending joins approved", len(ps))})
 	a.s.log.InfoContext(ctx, "join approved", keyNodeID, req.Id, keyAdmin, adminName(ctx))
@@ -256,7 +243,7 @@ func (a *adminService) ApproveNode(ctx context.Context, req *adminv1.ApproveNode
 func (a *adminService) ListPending(ctx context.Context, _ *adminv1.ListPendingRequest) (*adminv1.ListPendingResponse, error) {
 	ps, err := a.s.cfg.Store.ListPending(ctx, a.s.cfg.Now())
 	if err != nil {
-		return nil, a.s.storeError(ctx, "list pending joins", err)
+		return nil, storeFailure("list pending joins", err)
 	}
 	out := &adminv1.ListPendingResponse{}
 	for _, p := range ps {

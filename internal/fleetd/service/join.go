@@ -9,14 +9,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 	"unicode/utf8"
 
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
@@ -73,8 +70,7 @@ func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	if !errors.As(err, &r) {
 		// An internal failure: the caller may retry.
 		j.s.metrics.join(req.Attestor, "failed")
-		j.s.log.ErrorContext(ctx, "join failed", keyRequestID, reqID, slog.Any("error", err))
-		return nil, status.Error(codes.Unavailable, "join could not be completed; retry later (request "+reqID+")")
+		return nil, unavailable("join", "join could not be completed; retry later (request "+reqID+")", err, keyRequestID, reqID)
 	}
 	j.s.metrics.join(req.Attestor, "refused")
 	j.s.log.WarnContext(ctx, "join refused", keyRequestID, reqID, keyReason, r.reason,
@@ -86,7 +82,7 @@ func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 			Subject: "token:" + r.tokenID, Detail: r.reason + " (request " + reqID + ")",
 		})
 	}
-	return nil, status.Error(codes.PermissionDenied, JoinRefused)
+	return nil, r
 }
 
 func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv1.JoinResponse, error) {

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/pki"
@@ -55,7 +54,7 @@ func (a *authedNode) known(der []byte) *x509.Certificate {
 
 // errUnauthenticated is what a node with a dead certificate is told.
 func errUnauthenticated(why string) error {
-	return status.Error(codes.Unauthenticated, "node certificate refused: "+why)
+	return refused(codes.Unauthenticated, "node certificate refused: %s", why)
 }
 
 // nodeFromPeer authenticates the caller by the node certificate of its
@@ -93,7 +92,7 @@ func (s *Server) checkNodeCert(ctx context.Context, leaf *x509.Certificate) (*au
 		return nil, errUnauthenticated("unknown certificate " + serial)
 	}
 	if err != nil {
-		return nil, s.storeError(ctx, "get certificate", err)
+		return nil, storeFailure("get certificate", err)
 	}
 	if !cert.RevokedAt.IsZero() {
 		return nil, errUnauthenticated(fmt.Sprintf("certificate %s was revoked (%s)", serial, cert.RevokedReason))
@@ -103,7 +102,7 @@ func (s *Server) checkNodeCert(ctx context.Context, leaf *x509.Certificate) (*au
 		return nil, errUnauthenticated("node " + info.NodeID + " does not exist")
 	}
 	if err != nil {
-		return nil, s.storeError(ctx, "get node", err)
+		return nil, storeFailure("get node", err)
 	}
 	if cert.NodeID != node.ID || cert.Generation != node.Generation {
 		return nil, errUnauthenticated(fmt.Sprintf("certificate of identity generation %d, the node is at %d", cert.Generation, node.Generation))

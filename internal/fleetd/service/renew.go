@@ -9,13 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/status"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
@@ -26,37 +22,15 @@ import (
 // maxClockSkew bounds how far a renewal's client time may be from ours.
 const maxClockSkew = 5 * time.Minute
 
-// renewError is a refused renewal: a wire code, a message for the node,
-// and for RESOURCE_EXHAUSTED how long to wait.
-type renewError struct {
-	code     codes.Code
-	msg      string
-	pushback time.Duration
-}
-
-func (e *renewError) Error() string { return e.msg }
-
-func renewRefused(code codes.Code, format string, args ...any) *renewError {
-	return &renewError{code: code, msg: fmt.Sprintf(format, args...)}
-}
-
-// status converts e for a unary reply, with the pushback trailer.
-func (e *renewError) status(ctx context.Context) error {
-	if e.pushback > 0 {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(e.pushback.Milliseconds(), 10)))
-	}
-	return status.Error(e.code, e.msg)
-}
-
 // Renew is the unary form of a renewal, for a node without a live session.
 func (j *joinService) Renew(ctx context.Context, req *joinv1.RenewRequest) (*joinv1.RenewResponse, error) {
 	caller, err := j.s.nodeFromPeer(ctx)
 	if err != nil {
 		return nil, err
 	}
-	signed, rerr := j.s.renew(ctx, caller, req)
-	if rerr != nil {
-		return nil, rerr.status(ctx)
+	signed, err := j.s.renew(ctx, caller, req)
+	if err != nil {
+		return nil, err
 	}
 	return &joinv1.RenewResponse{Signed: signed}, nil
 }
@@ -64,24 +38,20 @@ func (j *joinService) Renew(ctx context.Context, req *joinv1.RenewRequest) (*joi
 // renew checks a renewal from an authenticated caller and issues the next
 // certificate (seed 000, "Renewal"; DESIGN.md section 3), and counts the
 // outcome.
-func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, *renewError) {
-	signed, rerr := s.renewOnce(ctx, caller, req)
-	code := codes.OK
-	if rerr != nil {
-		code = rerr.code
-	}
-	s.metrics.renewal(code)
-	return signed, rerr
+func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, error) {
+	signed, err := s.renewOnce(ctx, caller, req)
+	s.metrics.renewal(codeOf(err))
+	return signed, err
 }
 
-func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, *renewError) {
+func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, error) {
 	now := s.cfg.Now()
 	if len(req.Chain) == 0 || len(req.Chain) > 8 {
-		return nil, renewRefused(codes.InvalidArgument, "renewal needs the current chain, leaf first")
+		return nil, refused(codes.InvalidArgument, "renewal needs the current chain, leaf first")
 	}
-	leaf, rerr := s.currentLeaf(caller, req.Chain, now)
-	if rerr != nil {
-		return nil, rerr
+	leaf, err := s.currentLeaf(caller, req.Chain, now)
+	if err != nil {
+		return nil, err
 	}
 	// A certificate this connection proved, or was issued, needs no store
 	// lookup: RecordRenewal refuses the renewal if the node's generation
@@ -89,52 +59,52 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	// tombstone, so a re-created node never has this generation).
 	cur := caller.knownNode(req.Chain[0])
 	if cur == nil {
-		var err error
 		if cur, err = s.checkNodeCert(ctx, leaf); err != nil {
-			st := status.Convert(err)
-			return nil, renewRefused(st.Code(), "%s", st.Message())
+			return nil, err
 		}
 	}
 	if cur.node.ID != caller.node.ID {
-		return nil, renewRefused(codes.PermissionDenied, "the certificate renewed is node %s's, the caller is node %s", cur.node.ID, caller.node.ID)
+		return nil, refused(codes.PermissionDenied, "the certificate renewed is node %s's, the caller is node %s", cur.node.ID, caller.node.ID)
 	}
 	if skew := now.Sub(time.Unix(0, req.ClientTimeUnixNano)); skew > maxClockSkew || skew < -maxClockSkew {
-		return nil, renewRefused(codes.InvalidArgument, "client time is %s from the control plane's; synchronise the clock", skew.Round(time.Second))
+		return nil, refused(codes.InvalidArgument, "client time is %s from the control plane's; synchronise the clock", skew.Round(time.Second))
 	}
 	if len(req.Csr) > maxCSRBytes {
-		return nil, renewRefused(codes.InvalidArgument, "CSR larger than %d bytes", maxCSRBytes)
+		return nil, refused(codes.InvalidArgument, "CSR larger than %d bytes", maxCSRBytes)
 	}
 	csr, err := pki.ParseCSR(req.Csr)
 	if err != nil {
-		return nil, renewRefused(codes.InvalidArgument, "bad CSR: %v", err)
+		return nil, refused(codes.InvalidArgument, "bad CSR: %v", err)
 	}
 	csrHash := sha256.Sum256(req.Csr)
 	if err := pki.VerifyRenewProof(leaf.PublicKey, csrHash[:], req.ClientTimeUnixNano, req.Proof); err != nil {
 		// The caller proved the certificate's key in the handshake, yet
 		// the proof is by another key: two keys for one certificate.
 		s.revokeCloned(ctx, cur.node.ID, "renewal proof by a key other than the certified one")
-		return nil, renewRefused(codes.Unauthenticated, "renewal proof does not verify with the certified key; the certificate was revoked")
+		return nil, refused(codes.Unauthenticated, "renewal proof does not verify with the certified key; the certificate was revoked")
 	}
 	if samePublicKey(leaf.PublicKey, csr.PublicKey) {
-		return nil, renewRefused(codes.InvalidArgument, "the renewal must certify a new key")
+		return nil, refused(codes.InvalidArgument, "the renewal must certify a new key")
 	}
 
 	if len(cur.info.TPMAKName) > 0 {
 		// No downgrade: the next key must be certified by the AK the
 		// current certificate names.
-		if rerr := checkKeyAttestation(req.KeyAttestation, cur.info.TPMAKName, csrHash[:], csr.PublicKey); rerr != nil {
-			return nil, rerr
+		if err := checkKeyAttestation(req.KeyAttestation, cur.info.TPMAKName, csrHash[:], csr.PublicKey); err != nil {
+			return nil, err
 		}
 	}
 
 	window := s.cfg.RenewalWindow
 	times, err := s.cfg.Store.RenewalTimes(ctx, cur.node.ID, now.Add(-window))
 	if err != nil {
-		return nil, renewRefused(codes.Unavailable, "renewal could not be checked; retry")
+		return nil, unavailable("renewal", "renewal could not be checked; retry", fmt.Errorf("renewal times: %w", err), keyNodeID, cur.node.ID)
 	}
 	if len(times) >= s.cfg.RenewalLimit {
 		wait := max(times[len(times)-s.cfg.RenewalLimit].Add(window).Sub(now), time.Millisecond)
-		return nil, &renewError{code: codes.ResourceExhausted, msg: fmt.Sprintf("node %s renewed %d times in %s; retry in %s", cur.node.ID, len(times), window, wait.Round(time.Millisecond)), pushback: wait}
+		e := refused(codes.ResourceExhausted, "node %s renewed %d times in %s; retry in %s", cur.node.ID, len(times), window, wait.Round(time.Millisecond))
+		e.pushback = wait
+		return nil, e
 	}
 
 	lifetime := s.lifetimeFor(cur.node.Role)
@@ -148,21 +118,19 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 		NotAfter:  now.Add(lifetime),
 	})
 	if err != nil {
-		s.log.ErrorContext(ctx, "issue renewal", keyNodeID, cur.node.ID, "error", err)
-		return nil, renewRefused(codes.Unavailable, "renewal could not be issued; retry")
+		return nil, unavailable("renewal", "renewal could not be issued; retry", fmt.Errorf("issue: %w", err), keyNodeID, cur.node.ID)
 	}
 	serial := serialHex(next)
 	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, nil)
 	if errors.Is(err, store.ErrConflict) {
-		return nil, renewRefused(codes.Unauthenticated, "node %s was revoked during the renewal", cur.node.ID)
+		return nil, refused(codes.Unauthenticated, "node %s was revoked during the renewal", cur.node.ID)
 	}
 	if err != nil {
-		s.log.ErrorContext(ctx, "record renewal", keyNodeID, cur.node.ID, "error", err)
-		return nil, renewRefused(codes.Unavailable, "renewal could not be recorded; retry")
+		return nil, unavailable("renewal", "renewal could not be recorded; retry", fmt.Errorf("record: %w", err), keyNodeID, cur.node.ID)
 	}
 	signed, err := s.signResult(csrHash[:], next, cur.node.ID, cur.info.Role, cur.info.Site, cur.node.Generation)
 	if err != nil {
-		return nil, renewRefused(codes.Unavailable, "renewal could not be signed; retry")
+		return nil, unavailable("renewal", "renewal could not be signed; retry", fmt.Errorf("sign: %w", err), keyNodeID, cur.node.ID)
 	}
 	caller.issued, caller.issuedInfo = next, pki.NodeCertInfo{
 		NodeID: cur.node.ID, TrustDomain: cur.info.TrustDomain, SPIFFEID: cur.info.SPIFFEID,
@@ -177,32 +145,32 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 // already proved (its TLS certificate, or one this server issued to it on
 // the same session) is only checked for its validity period: its chain was
 // verified then, and re-verifying costs as much as signing a new leaf.
-func (s *Server) currentLeaf(caller *authedNode, chain [][]byte, now time.Time) (*x509.Certificate, *renewError) {
+func (s *Server) currentLeaf(caller *authedNode, chain [][]byte, now time.Time) (*x509.Certificate, error) {
 	var leaf *x509.Certificate
 	if known := caller.known(chain[0]); known != nil {
 		leaf = known
 	} else {
 		c, err := x509.ParseCertificate(chain[0])
 		if err != nil {
-			return nil, renewRefused(codes.InvalidArgument, "parse the current certificate: %v", err)
+			return nil, refused(codes.InvalidArgument, "parse the current certificate: %v", err)
 		}
 		inter := x509.NewCertPool()
 		for _, der := range chain[1:] {
 			ic, err := x509.ParseCertificate(der)
 			if err != nil {
-				return nil, renewRefused(codes.InvalidArgument, "parse the chain: %v", err)
+				return nil, refused(codes.InvalidArgument, "parse the chain: %v", err)
 			}
 			inter.AddCert(ic)
 		}
 		roots := x509.NewCertPool()
 		roots.AddCert(s.cfg.Authority.Root)
 		if _, err := c.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-			return nil, renewRefused(codes.Unauthenticated, "the current certificate does not verify (expired certificates cannot renew: join again): %v", err)
+			return nil, refused(codes.Unauthenticated, "the current certificate does not verify (expired certificates cannot renew: join again): %v", err)
 		}
 		leaf = c
 	}
 	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
-		return nil, renewRefused(codes.Unauthenticated, "the current certificate is not valid now (expired certificates cannot renew: join again)")
+		return nil, refused(codes.Unauthenticated, "the current certificate is not valid now (expired certificates cannot renew: join again)")
 	}
 	return leaf, nil
 }
@@ -226,23 +194,23 @@ func backdate(lifetime time.Duration) time.Duration {
 
 // checkKeyAttestation checks that the AK named akName certified the key
 // of the renewal's CSR.
-func checkKeyAttestation(ka *joinv1.KeyAttestation, akName, csrHash []byte, csrKey crypto.PublicKey) *renewError {
+func checkKeyAttestation(ka *joinv1.KeyAttestation, akName, csrHash []byte, csrKey crypto.PublicKey) error {
 	if ka == nil {
-		return renewRefused(codes.PermissionDenied, "the certificate names a TPM AK: the renewal needs that AK's certification of the new key")
+		return refused(codes.PermissionDenied, "the certificate names a TPM AK: the renewal needs that AK's certification of the new key")
 	}
 	name, err := attest.AKName(ka.AkPublic)
 	if err != nil {
-		return renewRefused(codes.InvalidArgument, "AK public area: %v", err)
+		return refused(codes.InvalidArgument, "AK public area: %v", err)
 	}
 	if !bytes.Equal(name, akName) {
-		return renewRefused(codes.PermissionDenied, "the new key is certified by AK %x, the certificate names AK %x", name, akName)
+		return refused(codes.PermissionDenied, "the new key is certified by AK %x, the certificate names AK %x", name, akName)
 	}
 	keyPub, err := attest.VerifyCertify(ka.AkPublic, ka.CertifyAttest, ka.CertifySignature, ka.KeyPublic, csrHash)
 	if err != nil {
-		return renewRefused(codes.PermissionDenied, "the AK's certification of the new key: %v", err)
+		return refused(codes.PermissionDenied, "the AK's certification of the new key: %v", err)
 	}
 	if !samePublicKey(keyPub, csrKey) {
-		return renewRefused(codes.PermissionDenied, "the AK certified another key than the CSR's")
+		return refused(codes.PermissionDenied, "the AK certified another key than the CSR's")
 	}
 	return nil
 }

@@ -146,7 +146,10 @@ func (s *Server) TLSConfig() *tls.Config {
 func (s *Server) GRPCServer() *grpc.Server {
 	g := grpc.NewServer(
 		grpc.Creds(credentials.NewTLS(s.TLSConfig())),
-		grpc.ChainUnaryInterceptor(s.authorizeAdmin),
+		// Handlers return errors; wireError is the one place they
+		// become wire codes.
+		grpc.ChainUnaryInterceptor(s.unaryErrors, s.authorizeAdmin),
+		grpc.ChainStreamInterceptor(s.streamErrors),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		// Find connections of nodes that vanished (a reboot sends no FIN).
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
@@ -189,7 +188,7 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 	}
 	hello := first.GetHello()
 	if hello == nil || hello.InstanceId == "" || len(hello.InstanceId) > maxInstanceID {
-		return status.Error(codes.InvalidArgument, "a session starts with Hello naming the process's instance id")
+		return refused(codes.InvalidArgument, "a session starts with Hello naming the process's instance id")
 	}
 	sess := newSession(caller.node.ID, hello.InstanceId)
 	defer close(sess.done)
@@ -200,7 +199,7 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 			reason := fmt.Sprintf("certificate looks cloned: two live sessions at once (instances %s and %s)", capClaim(old.instance), capClaim(sess.instance))
 			gen := s.revokeCloned(ctx, caller.node.ID, reason)
 			_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen}}})
-			return status.Error(codes.Unauthenticated, "certificate revoked: "+reason)
+			return refused(codes.Unauthenticated, "certificate revoked: %s", reason)
 		}
 		s.log.InfoContext(ctx, "session replaced one that no longer answers", keyNodeID, sess.nodeID)
 	}
@@ -243,11 +242,11 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 		case n := <-sess.notice:
 			_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: n}})
 			s.log.InfoContext(ctx, "session ended by revocation", keyNodeID, sess.nodeID, keyReason, n.Reason)
-			return status.Error(codes.Unauthenticated, "certificate revoked: "+n.Reason)
+			return refused(codes.Unauthenticated, "certificate revoked: %s", n.Reason)
 		case <-shutdown:
-			return status.Error(codes.Unavailable, "fleetd is shutting down; reconnect")
+			return refused(codes.Unavailable, "fleetd is shutting down; reconnect")
 		case <-sess.replaced:
-			return status.Error(codes.Aborted, "replaced by a newer session of the same process")
+			return refused(codes.Aborted, "replaced by a newer session of the same process")
 		case err := <-recvErr:
 			s.log.DebugContext(ctx, "session closed", keyNodeID, sess.nodeID, "error", err)
 			return nil
@@ -274,14 +273,14 @@ func (g *gateway) handle(ctx context.Context, caller *authedNode, m *gatewayv1.S
 	case *gatewayv1.SessionRequest_Ping:
 		out.Body = &gatewayv1.SessionResponse_Pong{Pong: &gatewayv1.Pong{ServerTimeUnixNano: g.s.cfg.Now().UnixNano()}}
 	case *gatewayv1.SessionRequest_Renew:
-		signed, rerr := g.s.renew(ctx, caller, b.Renew)
-		if rerr != nil {
-			out.Body = &gatewayv1.SessionResponse_Error{Error: &gatewayv1.Error{Code: uint32(rerr.code), Message: rerr.msg, RetryPushbackMs: uint32(rerr.pushback.Milliseconds())}}
+		signed, err := g.s.renew(ctx, caller, b.Renew)
+		if err != nil {
+			out.Body = &gatewayv1.SessionResponse_Error{Error: g.s.sessionError(ctx, err, keyNodeID, caller.node.ID)}
 			break
 		}
 		out.Body = &gatewayv1.SessionResponse_Renew{Renew: &joinv1.RenewResponse{Signed: signed}}
 	default:
-		out.Body = &gatewayv1.SessionResponse_Error{Error: &gatewayv1.Error{Code: uint32(codes.InvalidArgument), Message: "unexpected message on the session"}}
+		out.Body = &gatewayv1.SessionResponse_Error{Error: g.s.sessionError(ctx, refused(codes.InvalidArgument, "unexpected message on the session"))}
 	}
 	return out
 }
