@@ -14,6 +14,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/journal"
 	"github.com/nodetrust/nodetrust/internal/bcd/localserver"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 )
 
 // NodeOptions is what RunNode needs besides config.toml.
@@ -53,7 +54,7 @@ func RunNode(ctx context.Context, o NodeOptions) error {
 	}
 	defer j.Close()
 	if j.Recovered() {
-		log.Warn("the journal was unreadable and starts over; the identity is kept", "journal_id", j.ID())
+		log.Warn("the journal was unreadable and starts over; the identity is kept", logkey.JournalID, j.ID())
 	}
 	keys := agent.Keys{TPM: t}
 	st, err := identity.LoadState(cfg.DataDir, identity.LoadOptions{KeyLoader: keys.Loader(ctx)})

@@ -22,6 +22,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/hwclaims"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm"
@@ -366,7 +367,7 @@ func callWithRetry[T any](ctx context.Context, c JoinConfig, f func(context.Cont
 			wait = backoff/2 + rand.N(backoff/2+1)
 			backoff = min(backoff*2, c.BackoffMax)
 		}
-		c.Logger.WarnContext(ctx, "join failed, retrying", "attempt", attempt, "retry_in", wait.String(), "error", describe(st))
+		c.Logger.WarnContext(ctx, "join failed, retrying", "attempt", attempt, "retry_in", wait.String(), logkey.Error, describe(st))
 		if err := c.Sleep(ctx, wait); err != nil {
 			return zero, err
 		}

@@ -23,6 +23,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm"
@@ -138,7 +139,7 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 			return err
 		}
 	}
-	n := &node{c: c, log: c.Logger.With("component", "agent", "node_id", st.Identity.NodeID), instance: randomID()}
+	n := &node{c: c, log: c.Logger.With(logkey.Component, "agent", logkey.NodeID, st.Identity.NodeID), instance: randomID()}
 	n.setState(st)
 	n.nextRenew = n.renewTime()
 	conn, _, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, n.clientCert)
@@ -157,7 +158,7 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 		case errors.Is(err, ErrRevoked), errors.Is(err, ErrRefused):
 			return err
 		}
-		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", reconnect.String(), "error", err)
+		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", reconnect.String(), logkey.Error, err)
 		if err := sleep(ctx, reconnect); err != nil {
 			return nil
 		}
@@ -233,7 +234,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 	if first.GetWelcome() == nil {
 		return fmt.Errorf("the control plane did not welcome the session")
 	}
-	n.log.InfoContext(ctx, "session open", "instance", n.instance)
+	n.log.InfoContext(ctx, "session open", logkey.Instance, n.instance)
 
 	msgs := make(chan *gatewayv1.SessionResponse)
 	recvErr := make(chan error, 1)
@@ -330,14 +331,14 @@ func (n *node) streamErr(ctx context.Context, _ gatewayv1.Gateway_SessionClient,
 		return ctx.Err()
 	}
 	if status.Code(err) == codes.Unauthenticated {
-		n.log.ErrorContext(ctx, "the control plane refuses this node's certificate", "error", status.Convert(err).Message())
+		n.log.ErrorContext(ctx, "the control plane refuses this node's certificate", logkey.Error, status.Convert(err).Message())
 		return fmt.Errorf("%w: %s; join again: bcd join --reset --yes, then bcd join", ErrRefused, status.Convert(err).Message())
 	}
 	return err
 }
 
 func (n *node) revoked(ctx context.Context, r *gatewayv1.RevocationNotice) error {
-	n.log.ErrorContext(ctx, "certificate revoked", "reason", r.Reason, "identity_generation", r.IdentityGeneration)
+	n.log.ErrorContext(ctx, "certificate revoked", logkey.Reason, r.Reason, logkey.Generation, r.IdentityGeneration)
 	n.journal(ctx, JournalRevoked, r.Reason)
 	return ErrRevoked
 }
@@ -347,7 +348,7 @@ func (n *node) journal(ctx context.Context, kind, detail string) {
 		return
 	}
 	if err := n.c.Journal.Append(context.WithoutCancel(ctx), kind, n.state().Identity.NodeID, detail); err != nil {
-		n.log.WarnContext(ctx, "journal append failed", "error", err)
+		n.log.WarnContext(ctx, "journal append failed", logkey.Error, err)
 	}
 }
 
@@ -510,7 +511,7 @@ func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.Sig
 	n.attempt, n.backoff = 0, 0
 	n.nextRenew = n.renewTime()
 	keyPin, _ := pki.PinOf(r.key.Public())
-	n.log.InfoContext(ctx, "renewed", "serial", fmt.Sprintf("%x", opened.Leaf.SerialNumber), "key", keyPin.String(),
+	n.log.InfoContext(ctx, "renewed", logkey.Serial, fmt.Sprintf("%x", opened.Leaf.SerialNumber), "key", keyPin.String(),
 		"not_after", opened.Leaf.NotAfter.UTC().Format(time.RFC3339), "next_renewal", n.nextRenew.UTC().Format(time.RFC3339))
 	n.journal(ctx, JournalRenewed, fmt.Sprintf("serial %x until %s", opened.Leaf.SerialNumber, opened.Leaf.NotAfter.UTC().Format(time.RFC3339)))
 	return nil
@@ -530,7 +531,7 @@ func (n *node) renewalFailed(ctx context.Context, err error, pushback time.Durat
 		wait = n.backoff
 	}
 	expiresIn := time.Until(n.state().Leaf.NotAfter).Round(time.Second)
-	n.log.WarnContext(ctx, "renewal failed", "attempt", n.attempt, "expiresIn", expiresIn.String(), "retry_in", wait.String(), "error", err)
+	n.log.WarnContext(ctx, "renewal failed", "attempt", n.attempt, "expiresIn", expiresIn.String(), "retry_in", wait.String(), logkey.Error, err)
 	n.journal(ctx, JournalRenewalFailed, fmt.Sprintf("attempt %d: %v", n.attempt, err))
 	n.nextRenew = n.c.Now().Add(wait)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/localv1"
 	"github.com/nodetrust/nodetrust/callsig"
 	"github.com/nodetrust/nodetrust/internal/bcd/launch"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/localapi"
 )
 
@@ -211,6 +212,6 @@ func (s *Server) logRefusal(ctx context.Context, via string, env *callsig.Envelo
 	if env != nil {
 		claimed = env.Sender
 	}
-	s.log.InfoContext(ctx, "call refused", attrVia, via, attrClaimed, claimed, attrReason, r.GetMessage())
+	s.log.InfoContext(ctx, "call refused", logkey.Via, via, logkey.ClaimedSender, claimed, logkey.Reason, r.GetMessage())
 	return r
 }

@@ -22,18 +22,8 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/launch"
 	"github.com/nodetrust/nodetrust/internal/bcd/leases"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/localapi"
-)
-
-// Attribute keys of the daemon's log lines.
-const (
-	attrSender   = "sender"
-	attrNode     = "node_id"
-	attrInstance = "instance"
-	attrReason   = "reason"
-	attrClaimed  = "claimed_sender" // the sender a refused call gives; untrusted
-	attrService  = "service"
-	attrVia      = "via"
 )
 
 // Config configures New.
@@ -117,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{
 		c:         cfg,
-		log:       cfg.Logger.With("component", "localapi"),
+		log:       cfg.Logger.With(logkey.Component, "localapi"),
 		nodeID:    cfg.State.Identity.NodeID,
 		namespace: cfg.Namespace,
 		socket:    cfg.Socket,

@@ -7,6 +7,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/localv1"
 	"github.com/nodetrust/nodetrust/callsig"
 	"github.com/nodetrust/nodetrust/internal/bcd/federation"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/localapi"
 )
 
@@ -82,7 +83,7 @@ func (s *Server) relay(ctx context.Context, env *callsig.Envelope, raw []byte, k
 	}
 	r, err := c.Send(ctx, &localv1.CallRequest{Envelope: raw, MachineProof: proofBytes})
 	if err != nil {
-		s.log.WarnContext(ctx, "relay failed", attrNode, ke.Receiver, "addr", addr, "error", err)
+		s.log.WarnContext(ctx, "relay failed", logkey.NodeID, ke.Receiver, "addr", addr, logkey.Error, err)
 		return failure("relay to node %q at %s: %v", ke.Receiver, addr, err)
 	}
 	return r

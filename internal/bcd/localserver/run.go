@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/localv1"
 	"github.com/nodetrust/nodetrust/callsig"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/localapi"
 )
 
@@ -50,7 +51,7 @@ func (a localAPI) Run(stream localv1.LocalAPI_RunServer) error {
 		switch b := m.Body.(type) {
 		case *localv1.RunRequest_Pid:
 			in.pid.Store(b.Pid)
-			s.log.DebugContext(ctx, "instance process", attrInstance, in.name, "pid", b.Pid)
+			s.log.DebugContext(ctx, "instance process", logkey.Instance, in.name, "pid", b.Pid)
 		case *localv1.RunRequest_Exited:
 			reason, code = "its process exited", b.Exited.GetCode()
 			s.endInstance(ctx, in, reason, code)
@@ -102,7 +103,7 @@ func (s *Server) startInstance(ctx context.Context, raw []byte) (*instance, *loc
 		s.instances.end(in)
 		return nil, failure("instances/start: %v", err)
 	}
-	s.log.InfoContext(ctx, "instance started", attrInstance, name, "runtime", in.runtimeFile)
+	s.log.InfoContext(ctx, "instance started", logkey.Instance, name, "runtime", in.runtimeFile)
 	return in, nil
 }
 
@@ -115,9 +116,9 @@ func (s *Server) endInstance(ctx context.Context, in *instance, reason string, c
 		s.machine.Forget(in.name, in.key)
 		goals := s.leases.Forget(localapi.Principal{NodeID: s.nodeID, Sender: in.name})
 		if err := s.instances.end(in); err != nil {
-			s.log.WarnContext(ctx, "instance files not removed", attrInstance, in.name, "error", err)
+			s.log.WarnContext(ctx, "instance files not removed", logkey.Instance, in.name, logkey.Error, err)
 		}
-		s.log.InfoContext(ctx, "instance ended", attrInstance, in.name, attrReason, reason, "exit_code", code, "goals_cancelled", len(goals))
+		s.log.InfoContext(ctx, "instance ended", logkey.Instance, in.name, logkey.Reason, reason, "exit_code", code, "goals_cancelled", len(goals))
 		if s.onEnd != nil {
 			s.onEnd(in.name)
 		}

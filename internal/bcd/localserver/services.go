@@ -14,6 +14,7 @@ import (
 	"github.com/nodetrust/nodetrust/callsig"
 	"github.com/nodetrust/nodetrust/internal/bcd/launch"
 	"github.com/nodetrust/nodetrust/internal/bcd/leases"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/localapi"
 )
 
@@ -68,7 +69,7 @@ func (s *Server) serve(ctx context.Context, caller localapi.Principal, local boo
 	case cancel && method != methodLeasesAcquire:
 		return failure("kind cancel cancels a goal of leases/acquire, and %s starts no goal", method)
 	}
-	s.log.DebugContext(ctx, "call", attrService, method, attrSender, caller.Sender, attrNode, caller.NodeID, "kind", env.Kind)
+	s.log.DebugContext(ctx, "call", logkey.Service, method, logkey.Sender, caller.Sender, logkey.NodeID, caller.NodeID, "kind", env.Kind)
 	var req struct{}
 	switch method {
 	case methodStatusGet:

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/tpm"
 )
 
@@ -31,9 +32,7 @@ const maxRecords = 16
 const (
 	logPeerUID = "peer_uid"
 	logPeerPID = "peer_pid"
-	logOp      = "op"
 	logCode    = "code"
-	logError   = "error"
 )
 
 // Config configures [Serve].
@@ -121,7 +120,7 @@ func serve(ctx context.Context, ln *net.UnixListener, t *tpm.TPM, cfg Config, h 
 				break
 			}
 			// Out of file descriptors, say: wait a moment, as net/http does.
-			s.cfg.Logger.WarnContext(ctx, "accept on the helper socket", logError, err)
+			s.cfg.Logger.WarnContext(ctx, "accept on the helper socket", logkey.Error, err)
 			select {
 			case <-time.After(100 * time.Millisecond):
 			case <-ctx.Done():
@@ -227,7 +226,7 @@ func (s *server) serveConn(ctx context.Context, c *net.UnixConn) {
 		err = fmt.Errorf("uid %d may not use the TPM helper; only the [helper] user (uid %d) and root may: run bcd node as the [helper] user", uid, s.cfg.AllowedUID)
 	}
 	if err != nil {
-		log.WarnContext(ctx, "refused a caller", logPeerUID, uid, logPeerPID, pid, logError, err)
+		log.WarnContext(ctx, "refused a caller", logPeerUID, uid, logPeerPID, pid, logkey.Error, err)
 		_ = c.SetWriteDeadline(time.Now().Add(s.cfg.Timeout))
 		_ = writeFrame(c, greeting{Version: protocolVersion, Code: codeDenied, Error: "bcd helper: " + err.Error()})
 		return
@@ -243,7 +242,7 @@ func (s *server) serveConn(ctx context.Context, c *net.UnixConn) {
 			if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || ctx.Err() != nil {
 				return
 			}
-			log.InfoContext(ctx, "unreadable request", logError, err)
+			log.InfoContext(ctx, "unreadable request", logkey.Error, err)
 			_ = c.SetWriteDeadline(time.Now().Add(s.cfg.Timeout))
 			_ = writeFrame(c, &response{Code: codeBadRequest, Error: fmt.Sprintf("bcd helper: unreadable request: %v", err)})
 			return
@@ -272,9 +271,9 @@ func (s *server) handle(ctx context.Context, log *slog.Logger, req *request) *re
 		resp = s.ctxFailure(ctx)
 	}
 	if resp.Code != "" {
-		log.InfoContext(ctx, "call failed", logOp, req.Op, logCode, resp.Code, logError, resp.Error)
+		log.InfoContext(ctx, "call failed", logkey.Op, req.Op, logCode, resp.Code, logkey.Error, resp.Error)
 	} else {
-		log.DebugContext(ctx, "call", logOp, req.Op)
+		log.DebugContext(ctx, "call", logkey.Op, req.Op)
 	}
 	return resp
 }
@@ -423,7 +422,7 @@ func (s *server) add(e *entry) {
 		}
 		delete(s.entries, string(lru.rec.Unique()))
 		if err := lru.unload(); err != nil {
-			s.cfg.Logger.Warn("flush a forgotten key", logError, err)
+			s.cfg.Logger.Warn("flush a forgotten key", logkey.Error, err)
 		}
 	}
 }

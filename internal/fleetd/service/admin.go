@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -113,7 +114,7 @@ func (a *adminService) CreateToken(ctx context.Context, req *adminv1.CreateToken
 	}
 	_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: "admin:" + t.CreatedBy, Action: "token.create", Subject: "token:" + id,
 		Detail: fmt.Sprintf("role %s site %s node %s reclaim %t expires %s", t.Role, t.Site, t.NodeID, t.AllowReclaim, t.ExpiresAt.UTC().Format(time.RFC3339))})
-	s.log.InfoContext(ctx, "token created", keyTokenID, id, keyAdmin, t.CreatedBy, "role", t.Role)
+	s.log.InfoContext(ctx, "token created", logkey.TokenID, id, logkey.Admin, t.CreatedBy, "role", t.Role)
 	return &adminv1.CreateTokenResponse{Token: secret, Info: tokenInfo(t)}, nil
 }
 
@@ -236,7 +237,7 @@ func (a *adminService) ApproveNode(ctx context.Context, req *adminv1.ApproveNode
 		return nil, storeFailure("approve node "+req.Id, err)
 	}
 	_ = a.s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: actorOf(ctx), Action: "node.approve", Subject: req.Id, Detail: fmt.Sprintf("%d pending joins approved", len(ps))})
-	a.s.log.InfoContext(ctx, "join approved", keyNodeID, req.Id, keyAdmin, adminName(ctx))
+	a.s.log.InfoContext(ctx, "join approved", logkey.NodeID, req.Id, logkey.Admin, adminName(ctx))
 	return &adminv1.ApproveNodeResponse{Approved: uint32(len(ps))}, nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 )
 
 // callError is a call's failure as its caller sees it: a wire code and a
@@ -58,7 +59,7 @@ func storeFailure(op string, err error) *callError {
 	case errors.Is(err, store.ErrConflict):
 		return refused(codes.AlreadyExists, "%s: conflict", op)
 	}
-	return unavailable("store", op+": the store failed; retry, and see the server log", err, "op", op)
+	return unavailable("store", op+": the store failed; retry, and see the server log", err, logkey.Op, op)
 }
 
 // classify is the one place an error of a handler becomes what the caller
@@ -83,7 +84,7 @@ func (s *Server) classify(ctx context.Context, err error, attrs ...any) *callErr
 		ce = unavailable("call", "the call failed; retry, and see the server log", err)
 	}
 	if ce.cause != nil {
-		s.log.ErrorContext(ctx, ce.op+" failed", append(append(attrs, ce.attrs...), "error", ce.cause)...)
+		s.log.ErrorContext(ctx, ce.op+" failed", append(append(attrs, ce.attrs...), logkey.Error, ce.cause)...)
 	}
 	return ce
 }

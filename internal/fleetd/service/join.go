@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/joinresponse"
 )
@@ -70,12 +71,12 @@ func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	if !errors.As(err, &r) {
 		// An internal failure: the caller may retry.
 		j.s.metrics.join(req.Attestor, "failed")
-		return nil, unavailable("join", "join could not be completed; retry later (request "+reqID+")", err, keyRequestID, reqID)
+		return nil, unavailable("join", "join could not be completed; retry later (request "+reqID+")", err, logkey.RequestID, reqID)
 	}
 	j.s.metrics.join(req.Attestor, "refused")
-	j.s.log.WarnContext(ctx, "join refused", keyRequestID, reqID, keyReason, r.reason,
-		keyTokenID, r.tokenID, keyHostname, capClaim(req.GetClaims().GetHostname()),
-		keyPeer, peerAddr(ctx))
+	j.s.log.WarnContext(ctx, "join refused", logkey.RequestID, reqID, logkey.Reason, r.reason,
+		logkey.TokenID, r.tokenID, logkey.ClaimedHostname, capClaim(req.GetClaims().GetHostname()),
+		logkey.Peer, peerAddr(ctx))
 	if r.audit {
 		_ = j.s.cfg.Store.AppendAudit(ctx, store.AuditEvent{
 			Time: j.s.cfg.Now(), Actor: "join", Action: "join.refused",
@@ -205,7 +206,7 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 			if err := s.cfg.Store.CreatePending(ctx, pending); err != nil {
 				return nil, fmt.Errorf("store pending join of node %s: %w", nodeID, err)
 			}
-			s.log.InfoContext(ctx, "join waiting for approval", keyNodeID, nodeID, keyTokenID, tok.ID, keyPeer, peerAddr(ctx))
+			s.log.InfoContext(ctx, "join waiting for approval", logkey.NodeID, nodeID, logkey.TokenID, tok.ID, logkey.Peer, peerAddr(ctx))
 		}
 		if pending.NodeID != nodeID {
 			return nil, o.deny("the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
@@ -295,8 +296,8 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	if err != nil {
 		return nil, err
 	}
-	s.log.InfoContext(ctx, "node joined", keyNodeID, in.nodeID, "attestor", in.attestor, "actor", actor,
-		"serial", serial, "reclaim", in.reclaim, "generation", in.gen, keyPeer, peerAddr(ctx))
+	s.log.InfoContext(ctx, "node joined", logkey.NodeID, in.nodeID, logkey.Attestor, in.attestor, "actor", actor,
+		logkey.Serial, serial, "reclaim", in.reclaim, logkey.Generation, in.gen, logkey.Peer, peerAddr(ctx))
 	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Signed{Signed: signed}}, nil
 }
 

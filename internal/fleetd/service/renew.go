@@ -16,6 +16,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -98,7 +99,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	window := s.cfg.RenewalWindow
 	times, err := s.cfg.Store.RenewalTimes(ctx, cur.node.ID, now.Add(-window))
 	if err != nil {
-		return nil, unavailable("renewal", "renewal could not be checked; retry", fmt.Errorf("renewal times: %w", err), keyNodeID, cur.node.ID)
+		return nil, unavailable("renewal", "renewal could not be checked; retry", fmt.Errorf("renewal times: %w", err), logkey.NodeID, cur.node.ID)
 	}
 	if len(times) >= s.cfg.RenewalLimit {
 		wait := max(times[len(times)-s.cfg.RenewalLimit].Add(window).Sub(now), time.Millisecond)
@@ -118,7 +119,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 		NotAfter:  now.Add(lifetime),
 	})
 	if err != nil {
-		return nil, unavailable("renewal", "renewal could not be issued; retry", fmt.Errorf("issue: %w", err), keyNodeID, cur.node.ID)
+		return nil, unavailable("renewal", "renewal could not be issued; retry", fmt.Errorf("issue: %w", err), logkey.NodeID, cur.node.ID)
 	}
 	serial := serialHex(next)
 	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, nil)
@@ -126,17 +127,17 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 		return nil, refused(codes.Unauthenticated, "node %s was revoked during the renewal", cur.node.ID)
 	}
 	if err != nil {
-		return nil, unavailable("renewal", "renewal could not be recorded; retry", fmt.Errorf("record: %w", err), keyNodeID, cur.node.ID)
+		return nil, unavailable("renewal", "renewal could not be recorded; retry", fmt.Errorf("record: %w", err), logkey.NodeID, cur.node.ID)
 	}
 	signed, err := s.signResult(csrHash[:], next, cur.node.ID, cur.info.Role, cur.info.Site, cur.node.Generation)
 	if err != nil {
-		return nil, unavailable("renewal", "renewal could not be signed; retry", fmt.Errorf("sign: %w", err), keyNodeID, cur.node.ID)
+		return nil, unavailable("renewal", "renewal could not be signed; retry", fmt.Errorf("sign: %w", err), logkey.NodeID, cur.node.ID)
 	}
 	caller.issued, caller.issuedInfo = next, pki.NodeCertInfo{
 		NodeID: cur.node.ID, TrustDomain: cur.info.TrustDomain, SPIFFEID: cur.info.SPIFFEID,
 		Role: cur.info.Role, Site: cur.info.Site, TPMAKName: cur.info.TPMAKName,
 	}
-	s.log.InfoContext(ctx, "node renewed", keyNodeID, cur.node.ID, "serial", serial, "not_after", next.NotAfter.UTC().Format(time.RFC3339))
+	s.log.InfoContext(ctx, "node renewed", logkey.NodeID, cur.node.ID, logkey.Serial, serial, "not_after", next.NotAfter.UTC().Format(time.RFC3339))
 	return signed, nil
 }
 

@@ -22,17 +22,6 @@ import (
 	"github.com/nodetrust/nodetrust/pki"
 )
 
-// Log attribute keys, defined once.
-const (
-	keyRequestID = "request_id"
-	keyNodeID    = "node_id"
-	keyTokenID   = "token_id"
-	keyReason    = "reason"
-	keyPeer      = "peer"
-	keyAdmin     = "admin"
-	keyHostname  = "claimed_hostname"
-)
-
 // Config is what a Server needs. New fills in the defaults.
 type Config struct {
 	Authority *pki.Authority

@@ -11,6 +11,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 )
 
 // maxInstanceID bounds the instance id a node names in its Hello.
@@ -201,10 +202,10 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 			_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen}}})
 			return refused(codes.Unauthenticated, "certificate revoked: %s", reason)
 		}
-		s.log.InfoContext(ctx, "session replaced one that no longer answers", keyNodeID, sess.nodeID)
+		s.log.InfoContext(ctx, "session replaced one that no longer answers", logkey.NodeID, sess.nodeID)
 	}
 	defer s.sessions.remove(sess)
-	s.log.InfoContext(ctx, "session opened", keyNodeID, sess.nodeID, "instance", capClaim(sess.instance), keyPeer, peerAddr(ctx))
+	s.log.InfoContext(ctx, "session opened", logkey.NodeID, sess.nodeID, logkey.Instance, capClaim(sess.instance), logkey.Peer, peerAddr(ctx))
 
 	if err := stream.Send(&gatewayv1.SessionResponse{Id: first.Id, Body: &gatewayv1.SessionResponse_Welcome{Welcome: &gatewayv1.Welcome{
 		NodeId: sess.nodeID, ServerTimeUnixNano: s.cfg.Now().UnixNano(),
@@ -241,14 +242,14 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 			}
 		case n := <-sess.notice:
 			_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: n}})
-			s.log.InfoContext(ctx, "session ended by revocation", keyNodeID, sess.nodeID, keyReason, n.Reason)
+			s.log.InfoContext(ctx, "session ended by revocation", logkey.NodeID, sess.nodeID, logkey.Reason, n.Reason)
 			return refused(codes.Unauthenticated, "certificate revoked: %s", n.Reason)
 		case <-shutdown:
 			return refused(codes.Unavailable, "fleetd is shutting down; reconnect")
 		case <-sess.replaced:
 			return refused(codes.Aborted, "replaced by a newer session of the same process")
 		case err := <-recvErr:
-			s.log.DebugContext(ctx, "session closed", keyNodeID, sess.nodeID, "error", err)
+			s.log.DebugContext(ctx, "session closed", logkey.NodeID, sess.nodeID, logkey.Error, err)
 			return nil
 		case m := <-reqs:
 			if m.GetProbeAck() != nil {
@@ -275,7 +276,7 @@ func (g *gateway) handle(ctx context.Context, caller *authedNode, m *gatewayv1.S
 	case *gatewayv1.SessionRequest_Renew:
 		signed, err := g.s.renew(ctx, caller, b.Renew)
 		if err != nil {
-			out.Body = &gatewayv1.SessionResponse_Error{Error: g.s.sessionError(ctx, err, keyNodeID, caller.node.ID)}
+			out.Body = &gatewayv1.SessionResponse_Error{Error: g.s.sessionError(ctx, err, logkey.NodeID, caller.node.ID)}
 			break
 		}
 		out.Body = &gatewayv1.SessionResponse_Renew{Renew: &joinv1.RenewResponse{Signed: signed}}
@@ -308,7 +309,7 @@ func (s *Server) revokeNode(ctx context.Context, nodeID, reason string, del bool
 		cause = "clone"
 	}
 	s.metrics.revocation(cause)
-	s.log.InfoContext(ctx, "node revoked", keyNodeID, nodeID, keyReason, reason, "deleted", del, "certificates", len(serials), "session_notified", notified)
+	s.log.InfoContext(ctx, "node revoked", logkey.NodeID, nodeID, logkey.Reason, reason, "deleted", del, "certificates", len(serials), "session_notified", notified)
 	return gen, serials, notified, nil
 }
 
@@ -317,7 +318,7 @@ func (s *Server) revokeNode(ctx context.Context, nodeID, reason string, del bool
 func (s *Server) revokeCloned(ctx context.Context, nodeID, reason string) uint64 {
 	gen, _, _, err := s.revokeNode(context.WithoutCancel(ctx), nodeID, reason, false)
 	if err != nil {
-		s.log.ErrorContext(ctx, "revoke a cloned certificate", keyNodeID, nodeID, "error", err)
+		s.log.ErrorContext(ctx, "revoke a cloned certificate", logkey.NodeID, nodeID, logkey.Error, err)
 	}
 	return gen
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 )
 
 // Limits of the tpm attestor's challenge.
@@ -102,7 +103,7 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 		if ch.round >= MaxChallengeRounds {
 			return nil, refuse("challenge round %d failed, the last: %v", ch.round, err)
 		}
-		s.log.WarnContext(ctx, "tpm challenge failed, asking again", "round", ch.round, "ek_pin", ch.ekPin, keyReason, err.Error())
+		s.log.WarnContext(ctx, "tpm challenge failed, asking again", "round", ch.round, logkey.EKPin, ch.ekPin, logkey.Reason, err.Error())
 		return j.newRound(ctx, ch, ch.round+1)
 	}
 
@@ -215,7 +216,7 @@ func (j *joinService) newRound(ctx context.Context, prev *challenge, round uint3
 	if !s.challenges.put(&ch, now) {
 		return nil, fmt.Errorf("too many open TPM challenges")
 	}
-	s.log.InfoContext(ctx, "tpm challenge", "round", round, "ek_pin", ch.ekPin, "known_node", ch.known != nil, keyPeer, peerAddr(ctx))
+	s.log.InfoContext(ctx, "tpm challenge", "round", round, logkey.EKPin, ch.ekPin, "known_node", ch.known != nil, logkey.Peer, peerAddr(ctx))
 	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Challenge{Challenge: &joinv1.JoinChallenge{
 		DeferralId:       ch.id,
 		Round:            round,
