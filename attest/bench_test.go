@@ -7,6 +7,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/tpm/tpmpub"
+	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
 
 // The cost of each check on one core; a tpm join runs each once, a boot
@@ -73,10 +74,10 @@ func BenchmarkNewChallenge(b *testing.B) {
 }
 
 func BenchmarkVerifyEKCertificate(b *testing.B) {
-	root := newCA(b, "Test TPM Root CA", nil)
-	inter := newCA(b, "Test TPM Intermediate CA", root)
+	root := tpmtest.NewManufacturer(b, "Test TPM Root CA", nil)
+	inter := tpmtest.NewManufacturer(b, "Test TPM Intermediate CA", root)
 	_, pub := softRSAEK(b)
-	der := makeEKCert(b, inter, pub, ekCertOptions{})
+	der := inter.EKCert(b, pub, tpmtest.EKCertOptions{})
 	v := newVerifier(b, root, inter, time.Time{})
 	b.ReportAllocs()
 	for b.Loop() {

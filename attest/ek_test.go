@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
 
 func TestNewRequiresRoots(t *testing.T) {
@@ -29,11 +30,11 @@ func TestNewRequiresRoots(t *testing.T) {
 	}
 }
 
-func newVerifier(t testing.TB, roots *testCA, intermediates *testCA, now time.Time) *attest.Verifier {
+func newVerifier(t testing.TB, roots *tpmtest.Manufacturer, intermediates *tpmtest.Manufacturer, now time.Time) *attest.Verifier {
 	t.Helper()
-	cfg := attest.Config{Roots: roots.pool()}
+	cfg := attest.Config{Roots: roots.Pool()}
 	if intermediates != nil {
-		cfg.Intermediates = intermediates.pool()
+		cfg.Intermediates = intermediates.Pool()
 	}
 	if !now.IsZero() {
 		cfg.Now = func() time.Time { return now }
@@ -46,8 +47,8 @@ func newVerifier(t testing.TB, roots *testCA, intermediates *testCA, now time.Ti
 }
 
 func TestVerifyEKCertificateAccepts(t *testing.T) {
-	root := newCA(t, "Test TPM Root CA", nil)
-	inter := newCA(t, "Test TPM Intermediate CA", root)
+	root := tpmtest.NewManufacturer(t, "Test TPM Root CA", nil)
+	inter := tpmtest.NewManufacturer(t, "Test TPM Intermediate CA", root)
 	rsaArea, rsaPub := softRSAEK(t)
 	eccArea, eccPub := softECCEK(t)
 
@@ -64,17 +65,17 @@ func TestVerifyEKCertificateAccepts(t *testing.T) {
 		}
 	}
 
-	viaRoot := makeEKCert(t, root, rsaPub, ekCertOptions{})
-	viaInter := makeEKCert(t, inter, eccPub, ekCertOptions{})
+	viaRoot := root.EKCert(t, rsaPub, tpmtest.EKCertOptions{})
+	viaInter := inter.EKCert(t, eccPub, tpmtest.EKCertOptions{})
 	// TCG PC Client Platform TPM Profile, section 7.3.2: an NV header
 	// before the certificate, and padding after it.
 	header := append([]byte{0x10, 0x01, 0x00}, binary.BigEndian.AppendUint16(nil, uint16(len(viaRoot)))...)
 	wrapped := append(append(header, viaRoot...), make([]byte, 100)...)
 	padded := append(bytes.Clone(viaInter), 0xFF, 0xFF, 0xFF)
-	nonCriticalSAN := makeEKCert(t, root, rsaPub, ekCertOptions{extensions: []pkix.Extension{tpmSAN(t, false, defaultTPMAttributes)}})
-	noSAN := makeEKCert(t, root, rsaPub, ekCertOptions{extensions: []pkix.Extension{}})
+	nonCriticalSAN := root.EKCert(t, rsaPub, tpmtest.EKCertOptions{Extensions: []pkix.Extension{tpmtest.TPMSAN(t, false, tpmtest.DefaultTPMAttributes)}})
+	noSAN := root.EKCert(t, rsaPub, tpmtest.EKCertOptions{Extensions: []pkix.Extension{}})
 	// A critical SAN with a DNS name is one crypto/x509 handles itself.
-	dnsSAN := makeEKCert(t, root, rsaPub, ekCertOptions{extensions: []pkix.Extension{}, dnsNames: []string{"tpm.example"}})
+	dnsSAN := root.EKCert(t, rsaPub, tpmtest.EKCertOptions{Extensions: []pkix.Extension{}, DNSNames: []string{"tpm.example"}})
 
 	cases := []struct {
 		name string
@@ -107,25 +108,25 @@ func TestVerifyEKCertificateAccepts(t *testing.T) {
 }
 
 func TestVerifyEKCertificateRefuses(t *testing.T) {
-	root := newCA(t, "Test TPM Root CA", nil)
-	inter := newCA(t, "Test TPM Intermediate CA", root)
-	otherRoot := newCA(t, "Another Root CA", nil)
+	root := tpmtest.NewManufacturer(t, "Test TPM Root CA", nil)
+	inter := tpmtest.NewManufacturer(t, "Test TPM Intermediate CA", root)
+	otherRoot := tpmtest.NewManufacturer(t, "Another Root CA", nil)
 	_, rsaPub := softRSAEK(t)
 	_, eccPub := softECCEK(t)
 	v := newVerifier(t, root, nil, time.Time{})
-	good := makeEKCert(t, root, rsaPub, ekCertOptions{})
+	good := root.EKCert(t, rsaPub, tpmtest.EKCertOptions{})
 	now := time.Now()
 
-	withCN := append(slices.Clone(defaultTPMAttributes), pkix.AttributeTypeAndValue{Type: oidCommonName, Value: "evil"})
+	withCN := append(slices.Clone(tpmtest.DefaultTPMAttributes), pkix.AttributeTypeAndValue{Type: oidCommonName, Value: "evil"})
 	otherCritical := pkix.Extension{Id: asn1.ObjectIdentifier{1, 2, 3, 4}, Critical: true, Value: []byte{0x05, 0x00}}
 	emptyDirName := func() pkix.Extension {
-		e := tpmSAN(t, true, nil)
+		e := tpmtest.TPMSAN(t, true, nil)
 		return e
 	}()
 	// A SAN of a directoryName and a registeredID: crypto/x509 finds no
 	// name it knows, and the registeredID is not a TPM attribute.
 	mixedSAN := func() pkix.Extension {
-		e := tpmSAN(t, true, defaultTPMAttributes)
+		e := tpmtest.TPMSAN(t, true, tpmtest.DefaultTPMAttributes)
 		var names []asn1.RawValue
 		if _, err := asn1.Unmarshal(e.Value, &names); err != nil {
 			t.Fatal(err)
@@ -147,15 +148,15 @@ func TestVerifyEKCertificateRefuses(t *testing.T) {
 		substr string
 	}{
 		{"a certificate of another manufacturer", newVerifier(t, otherRoot, nil, time.Time{}), good, rsaPub, "unknown authority"},
-		{"an intermediate that is not configured", v, makeEKCert(t, inter, rsaPub, ekCertOptions{}), rsaPub, "unknown authority"},
-		{"an expired certificate", v, makeEKCert(t, root, rsaPub, ekCertOptions{notAfter: now.Add(-time.Minute)}), rsaPub, "expired"},
+		{"an intermediate that is not configured", v, inter.EKCert(t, rsaPub, tpmtest.EKCertOptions{}), rsaPub, "unknown authority"},
+		{"an expired certificate", v, root.EKCert(t, rsaPub, tpmtest.EKCertOptions{NotAfter: now.Add(-time.Minute)}), rsaPub, "expired"},
 		{"a certificate checked after it expired", newVerifier(t, root, nil, now.Add(30*365*24*time.Hour)), good, rsaPub, "expired"},
-		{"a certificate not yet valid", v, makeEKCert(t, root, rsaPub, ekCertOptions{notBefore: now.Add(time.Hour)}), rsaPub, "expired or is not yet valid"},
+		{"a certificate not yet valid", v, root.EKCert(t, rsaPub, tpmtest.EKCertOptions{NotBefore: now.Add(time.Hour)}), rsaPub, "expired or is not yet valid"},
 		{"a certificate of another key", v, good, eccPub, "another key"},
-		{"a critical SAN with a common name", v, makeEKCert(t, root, rsaPub, ekCertOptions{extensions: []pkix.Extension{tpmSAN(t, true, withCN)}}), rsaPub, "2.5.4.3"},
-		{"a critical SAN with an empty directoryName", v, makeEKCert(t, root, rsaPub, ekCertOptions{extensions: []pkix.Extension{emptyDirName}}), rsaPub, "empty directoryName"},
-		{"a critical SAN with a registeredID", v, makeEKCert(t, root, rsaPub, ekCertOptions{extensions: []pkix.Extension{mixedSAN}}), rsaPub, "tag [8]"},
-		{"another unhandled critical extension", v, makeEKCert(t, root, rsaPub, ekCertOptions{extensions: []pkix.Extension{tpmSAN(t, true, defaultTPMAttributes), otherCritical}}), rsaPub, "unhandled critical"},
+		{"a critical SAN with a common name", v, root.EKCert(t, rsaPub, tpmtest.EKCertOptions{Extensions: []pkix.Extension{tpmtest.TPMSAN(t, true, withCN)}}), rsaPub, "2.5.4.3"},
+		{"a critical SAN with an empty directoryName", v, root.EKCert(t, rsaPub, tpmtest.EKCertOptions{Extensions: []pkix.Extension{emptyDirName}}), rsaPub, "empty directoryName"},
+		{"a critical SAN with a registeredID", v, root.EKCert(t, rsaPub, tpmtest.EKCertOptions{Extensions: []pkix.Extension{mixedSAN}}), rsaPub, "tag [8]"},
+		{"another unhandled critical extension", v, root.EKCert(t, rsaPub, tpmtest.EKCertOptions{Extensions: []pkix.Extension{tpmtest.TPMSAN(t, true, tpmtest.DefaultTPMAttributes), otherCritical}}), rsaPub, "unhandled critical"},
 		{"no certificate", v, nil, rsaPub, "empty"},
 		{"garbage", v, []byte("not a certificate"), rsaPub, "parse"},
 		{"a truncated certificate", v, good[:len(good)-10], rsaPub, "parse"},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/tpm/tpmpub"
+	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
 
 // The fuzz targets feed arbitrary bytes to every parser of node-supplied
@@ -126,10 +127,10 @@ func FuzzNewChallenge(f *testing.F) {
 }
 
 func FuzzVerifyEKCertificate(f *testing.F) {
-	root := newCA(f, "Test TPM Root CA", nil)
+	root := tpmtest.NewManufacturer(f, "Test TPM Root CA", nil)
 	_, pub := softECCEK(f)
 	v := newVerifier(f, root, nil, timeZero)
-	der := makeEKCert(f, root, pub, ekCertOptions{})
+	der := root.EKCert(f, pub, tpmtest.EKCertOptions{})
 	f.Add(der)
 	f.Add(append([]byte{0x10, 0x01, 0x00, byte(len(der) >> 8), byte(len(der))}, der...))
 	f.Add([]byte{})

@@ -2,20 +2,15 @@ package attest_test
 
 import (
 	"bytes"
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/binary"
-	"math/big"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -210,121 +205,9 @@ func softECCEK(t testing.TB) ([]byte, *ecdsa.PublicKey) {
 
 // --- EK certificates ---
 
-var serial atomic.Int64
-
-// testCA is a certificate authority for tests: a TPM manufacturer's root or
-// intermediate.
-type testCA struct {
-	cert *x509.Certificate
-	key  crypto.Signer
-}
-
-func newCA(t testing.TB, name string, parent *testCA) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial.Add(1)),
-		Subject:               pkix.Name{CommonName: name, Organization: []string{"Test TPM Manufacturer"}},
-		NotBefore:             time.Now().Add(-24 * time.Hour),
-		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-	}
-	issuer, signer := tmpl, crypto.Signer(key)
-	if parent != nil {
-		issuer, signer = parent.cert, parent.key
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, issuer, &key.PublicKey, signer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key}
-}
-
-func (ca *testCA) pool() *x509.CertPool {
-	p := x509.NewCertPool()
-	p.AddCert(ca.cert)
-	return p
-}
-
-var (
-	oidSAN               = asn1.ObjectIdentifier{2, 5, 29, 17}
-	oidTPMManufacturer   = asn1.ObjectIdentifier{2, 23, 133, 2, 1}
-	oidTPMModel          = asn1.ObjectIdentifier{2, 23, 133, 2, 2}
-	oidTPMVersion        = asn1.ObjectIdentifier{2, 23, 133, 2, 3}
-	oidEKCertificateEKU  = asn1.ObjectIdentifier{2, 23, 133, 8, 1}
-	oidCommonName        = asn1.ObjectIdentifier{2, 5, 4, 3}
-	defaultTPMAttributes = []pkix.AttributeTypeAndValue{
-		{Type: oidTPMManufacturer, Value: "id:4E544300"},
-		{Type: oidTPMModel, Value: "NPCT75x"},
-		{Type: oidTPMVersion, Value: "id:00070002"},
-	}
-)
-
-// tpmSAN is a subjectAltName extension of one directoryName with attrs, as
-// the TCG EK Credential Profile describes it (section 3.2.9).
-func tpmSAN(t testing.TB, critical bool, attrs []pkix.AttributeTypeAndValue) pkix.Extension {
-	t.Helper()
-	var rdns pkix.RDNSequence
-	for _, a := range attrs {
-		rdns = append(rdns, pkix.RelativeDistinguishedNameSET{a})
-	}
-	name, err := asn1.Marshal(rdns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	value, err := asn1.Marshal([]asn1.RawValue{{Class: asn1.ClassContextSpecific, Tag: 4, IsCompound: true, Bytes: name}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pkix.Extension{Id: oidSAN, Critical: critical, Value: value}
-}
-
-// ekCertOptions vary an EK certificate.
-type ekCertOptions struct {
-	notBefore, notAfter time.Time
-	extensions          []pkix.Extension // replaces the TPM SAN when set
-	dnsNames            []string
-}
-
-// makeEKCert makes an EK certificate for pub signed by ca, as a TPM
-// manufacturer does: empty subject, a critical subjectAltName holding the
-// TPM attributes, key usage keyEncipherment, tcg-kp-EKCertificate.
-func makeEKCert(t testing.TB, ca *testCA, pub crypto.PublicKey, o ekCertOptions) []byte {
-	t.Helper()
-	if o.notBefore.IsZero() {
-		o.notBefore = time.Now().Add(-time.Hour)
-	}
-	if o.notAfter.IsZero() {
-		o.notAfter = time.Now().Add(20 * 365 * 24 * time.Hour)
-	}
-	if o.extensions == nil {
-		o.extensions = []pkix.Extension{tpmSAN(t, true, defaultTPMAttributes)}
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(serial.Add(1)),
-		NotBefore:             o.notBefore,
-		NotAfter:              o.notAfter,
-		KeyUsage:              x509.KeyUsageKeyEncipherment,
-		UnknownExtKeyUsage:    []asn1.ObjectIdentifier{oidEKCertificateEKU},
-		BasicConstraintsValid: true,
-		ExtraExtensions:       o.extensions,
-		DNSNames:              o.dnsNames,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
-}
+// oidCommonName is X.520 commonName, which an EK certificate's TPM
+// subjectAltName must not carry.
+var oidCommonName = asn1.ObjectIdentifier{2, 5, 4, 3}
 
 // --- event logs ---
 

@@ -23,28 +23,13 @@ import (
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tpm"
 	"github.com/nodetrust/nodetrust/tpm/tpmpub"
-	"github.com/nodetrust/nodetrust/tpm/tpmsim"
+	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
 
 // These tests check the verifier against evidence a real TPM 2.0 (the
 // in-process reference simulator) produces through package tpm, the node's
 // client: what the node sends is what the verifier accepts, and each kind
 // of forgery or mix-up is refused.
-
-// openSim manufactures a fresh simulated TPM (new seeds, empty NV, PCRs at
-// their initial values) and returns it with its raw transport, for the
-// commands a test sends itself. The simulator is one per process: the test
-// releases it when it ends.
-func openSim(t *testing.T) (*tpm.TPM, transport.TPM) {
-	t.Helper()
-	tr, err := tpmsim.OpenTransport()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := tpm.New(tr, tr)
-	t.Cleanup(func() { _ = tp.Close() })
-	return tp, tr
-}
 
 func newAK(t *testing.T, tp *tpm.TPM) *tpm.AK {
 	t.Helper()
@@ -73,45 +58,6 @@ func ekOf(t *testing.T, tp *tpm.TPM, kind tpm.EKKind) *tpm.EK {
 		t.Fatal(err)
 	}
 	return ek
-}
-
-// writeNV defines idx with platform authorization and the attributes a
-// manufacturer gives an EK certificate index, of size bytes, and writes
-// data (zero-padded) to it, as package tpm's tests do.
-func writeNV(t *testing.T, tr transport.TPM, idx uint32, data []byte, size int) {
-	t.Helper()
-	platform := tpm2.AuthHandle{Handle: tpm2.TPMRHPlatform, Auth: tpm2.PasswordAuth(nil)}
-	if _, err := (tpm2.NVDefineSpace{
-		AuthHandle: platform,
-		PublicInfo: tpm2.New2B(tpm2.TPMSNVPublic{
-			NVIndex: tpm2.TPMHandle(idx),
-			NameAlg: tpm2.TPMAlgSHA256,
-			Attributes: tpm2.TPMANV{
-				PPWrite: true, WriteDefine: true, PPRead: true, OwnerRead: true,
-				AuthRead: true, NoDA: true, PlatformCreate: true, NT: tpm2.TPMNTOrdinary,
-			},
-			DataSize: uint16(size),
-		}),
-	}).Execute(tr); err != nil {
-		t.Fatalf("TPM2_NV_DefineSpace %#x: %v", idx, err)
-	}
-	rp, err := tpm2.NVReadPublic{NVIndex: tpm2.TPMHandle(idx)}.Execute(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	padded := make([]byte, size)
-	copy(padded, data)
-	for off := 0; off < size; off += 512 {
-		end := min(off+512, size)
-		if _, err := (tpm2.NVWrite{
-			AuthHandle: platform,
-			NVIndex:    tpm2.NamedHandle{Handle: tpm2.TPMHandle(idx), Name: rp.NVName},
-			Data:       tpm2.TPM2BMaxNVBuffer{Buffer: padded[off:end]},
-			Offset:     uint16(off),
-		}).Execute(tr); err != nil {
-			t.Fatalf("TPM2_NV_Write %#x at %d: %v", idx, off, err)
-		}
-	}
 }
 
 // rawObject is a primary key the test made itself with TPM2_CreatePrimary,
@@ -189,9 +135,9 @@ var ekKinds = []tpm.EKKind{tpm.EKRSA2048, tpm.EKECCP256, tpm.EKECCP384}
 
 func TestSimEKCertificate(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
-	root := newCA(t, "Test TPM Root CA", nil)
-	inter := newCA(t, "Test TPM Intermediate CA", root)
+	tp, tr := tpmtest.OpenSim(t)
+	root := tpmtest.NewManufacturer(t, "Test TPM Root CA", nil)
+	inter := tpmtest.NewManufacturer(t, "Test TPM Intermediate CA", root)
 	v := newVerifier(t, root, inter, time.Time{})
 
 	eks := map[tpm.EKKind]*tpm.EK{}
@@ -205,8 +151,8 @@ func TestSimEKCertificate(t *testing.T) {
 		eks[kind], pubs[kind] = ek, pub
 		// As a manufacturer provisions it: the certificate in its NV
 		// index, larger than the certificate.
-		der := makeEKCert(t, inter, pub, ekCertOptions{})
-		writeNV(t, tr, kind.CertIndex(), der, len(der)+300)
+		der := inter.EKCert(t, pub, tpmtest.EKCertOptions{})
+		tpmtest.WriteNV(t, tr, kind.CertIndex(), der, len(der)+300)
 	}
 	certs, err := tp.EKCertificates(ctx)
 	if err != nil {
@@ -230,7 +176,7 @@ func TestSimEKCertificate(t *testing.T) {
 
 	rsaCert := certs[tpm.EKCertIndexRSA2048]
 	t.Run("a certificate of another manufacturer", func(t *testing.T) {
-		_, err := newVerifier(t, newCA(t, "Another Root CA", nil), nil, time.Time{}).VerifyEKCertificate(rsaCert, pubs[tpm.EKRSA2048])
+		_, err := newVerifier(t, tpmtest.NewManufacturer(t, "Another Root CA", nil), nil, time.Time{}).VerifyEKCertificate(rsaCert, pubs[tpm.EKRSA2048])
 		requireIs(t, err, attest.ErrUntrustedEK, "unknown authority")
 	})
 	t.Run("the intermediate not configured", func(t *testing.T) {
@@ -247,12 +193,12 @@ func TestSimEKCertificate(t *testing.T) {
 	})
 	t.Run("a valid certificate of an EK of another TPM", func(t *testing.T) {
 		_, other := softRSAEK(t)
-		_, err := v.VerifyEKCertificate(makeEKCert(t, inter, other, ekCertOptions{}), pubs[tpm.EKRSA2048])
+		_, err := v.VerifyEKCertificate(inter.EKCert(t, other, tpmtest.EKCertOptions{}), pubs[tpm.EKRSA2048])
 		requireIs(t, err, attest.ErrUntrustedEK, "another key")
 	})
 	t.Run("a certificate with a forged TPM SAN", func(t *testing.T) {
-		attrs := append([]pkix.AttributeTypeAndValue{{Type: oidCommonName, Value: "x"}}, defaultTPMAttributes...)
-		der := makeEKCert(t, inter, pubs[tpm.EKECCP256], ekCertOptions{extensions: []pkix.Extension{tpmSAN(t, true, attrs)}})
+		attrs := append([]pkix.AttributeTypeAndValue{{Type: oidCommonName, Value: "x"}}, tpmtest.DefaultTPMAttributes...)
+		der := inter.EKCert(t, pubs[tpm.EKECCP256], tpmtest.EKCertOptions{Extensions: []pkix.Extension{tpmtest.TPMSAN(t, true, attrs)}})
 		_, err := v.VerifyEKCertificate(der, pubs[tpm.EKECCP256])
 		requireIs(t, err, attest.ErrUntrustedEK, "subjectAltName")
 	})
@@ -260,7 +206,7 @@ func TestSimEKCertificate(t *testing.T) {
 
 func TestSimActivation(t *testing.T) {
 	ctx := context.Background()
-	tp, _ := openSim(t)
+	tp, _ := tpmtest.OpenSim(t)
 	ak := newAK(t, tp)
 	ak2 := newAK(t, tp)
 	eks := map[tpm.EKKind]*tpm.EK{}
@@ -362,7 +308,7 @@ func TestSimActivation(t *testing.T) {
 }
 
 func TestSimQuote(t *testing.T) {
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 	ak := newAK(t, tp)
 	ak2 := newAK(t, tp)
 	nonce := randomBytes(t, 32)
@@ -426,7 +372,7 @@ func TestSimQuote(t *testing.T) {
 
 func TestSimCertify(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 	// The simulator holds 3 transient objects at once: keys are loaded
 	// for as long as they are needed.
 	ak := newAK(t, tp)
@@ -545,7 +491,7 @@ func tryCreatePrimary(t *testing.T, tr transport.TPM, tmpl tpm2.TPMTPublic) (raw
 }
 
 func TestSimEventLog(t *testing.T) {
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 	ak := newAK(t, tp)
 
 	// Firmware measures a boot: each event extends its PCR and is logged.
@@ -597,8 +543,8 @@ func TestSimEventLog(t *testing.T) {
 // node's TPM client, in the order the JoinService runs it.
 func TestSimJoin(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
-	root := newCA(t, "Test TPM Root CA", nil)
+	tp, tr := tpmtest.OpenSim(t)
+	root := tpmtest.NewManufacturer(t, "Test TPM Root CA", nil)
 	v := newVerifier(t, root, nil, time.Time{})
 
 	// Manufacturing: an EK certificate in NV.
@@ -607,8 +553,8 @@ func TestSimJoin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	der := makeEKCert(t, root, ekPub, ekCertOptions{})
-	writeNV(t, tr, tpm.EKCertIndexECCP256, der, len(der))
+	der := root.EKCert(t, ekPub, tpmtest.EKCertOptions{})
+	tpmtest.WriteNV(t, tr, tpm.EKCertIndexECCP256, der, len(der))
 
 	// Node: evidence for round 1.
 	ak := newAK(t, tp)

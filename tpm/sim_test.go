@@ -7,13 +7,10 @@ import (
 	"context"
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
-	"math/big"
 	"testing"
 	"time"
 
@@ -21,23 +18,8 @@ import (
 	"github.com/google/go-tpm/tpm2/transport"
 
 	"github.com/nodetrust/nodetrust/tpm"
-	"github.com/nodetrust/nodetrust/tpm/tpmsim"
 	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
-
-// openSim manufactures a fresh simulated TPM (new seeds, empty NV) and
-// returns it with its raw transport, for commands the test sends itself.
-// Close releases the simulator; the test's Cleanup calls it too.
-func openSim(t *testing.T) (*tpm.TPM, transport.TPM) {
-	t.Helper()
-	tr, err := tpmsim.OpenTransport()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := tpm.New(tr, tr)
-	t.Cleanup(func() { _ = tp.Close() })
-	return tp, tr
-}
 
 // requireHandles fails unless exactly wantObjects transient objects and no
 // session are loaded.
@@ -54,7 +36,7 @@ func requireHandles(t *testing.T, tr transport.TPM, wantObjects int) {
 
 func TestSimNodeKeyDerivation(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 
 	key, rec, err := tp.NewNodeKey(ctx)
 	if err != nil {
@@ -121,7 +103,7 @@ func TestSimNodeKeyDerivation(t *testing.T) {
 	// A freshly manufactured simulator has other seeds: the case of a TPM
 	// whose owner hierarchy was cleared, or another TPM.
 	t.Run("a fresh TPM derives another key from the same record", func(t *testing.T) {
-		fresh, _ := openSim(t)
+		fresh, _ := tpmtest.OpenSim(t)
 		_, err := fresh.LoadNodeKey(ctx, rec)
 		if !errors.Is(err, tpm.ErrKeyChanged) {
 			t.Fatalf("LoadNodeKey on a fresh TPM: %v, want ErrKeyChanged", err)
@@ -139,7 +121,7 @@ func TestSimNodeKeyDerivation(t *testing.T) {
 }
 
 func TestSimNodeKeySigns(t *testing.T) {
-	tp, _ := openSim(t)
+	tp, _ := tpmtest.OpenSim(t)
 	key, _, err := tp.NewNodeKey(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -159,7 +141,7 @@ func TestSimNodeKeySigns(t *testing.T) {
 
 func TestSimCertify(t *testing.T) {
 	ctx := context.Background()
-	tp, _ := openSim(t)
+	tp, _ := tpmtest.OpenSim(t)
 	ak, akRec, err := tp.NewAK(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -190,7 +172,7 @@ func TestSimCertify(t *testing.T) {
 
 func TestSimQuote(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 	ak, _, err := tp.NewAK(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -227,7 +209,7 @@ func TestSimQuote(t *testing.T) {
 
 func TestSimActivateCredential(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 	ak, _, err := tp.NewAK(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -263,78 +245,9 @@ func TestSimActivateCredential(t *testing.T) {
 	}
 }
 
-// makeEKCert makes a certificate for pub signed by a throwaway test CA, as a
-// TPM manufacturer would.
-func makeEKCert(t *testing.T, pub crypto.PublicKey) []byte {
-	t.Helper()
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test TPM manufacturer CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	leaf := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageKeyEncipherment,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, leaf, ca, pub, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return der
-}
-
-// writeNV defines idx with platform authorization and the attributes a
-// manufacturer gives an EK certificate index, of size bytes, and writes
-// data (zero-padded) to it.
-func writeNV(t *testing.T, tr transport.TPM, idx uint32, data []byte, size int) {
-	t.Helper()
-	platform := tpm2.AuthHandle{Handle: tpm2.TPMRHPlatform, Auth: tpm2.PasswordAuth(nil)}
-	if _, err := (tpm2.NVDefineSpace{
-		AuthHandle: platform,
-		PublicInfo: tpm2.New2B(tpm2.TPMSNVPublic{
-			NVIndex: tpm2.TPMHandle(idx),
-			NameAlg: tpm2.TPMAlgSHA256,
-			Attributes: tpm2.TPMANV{
-				PPWrite: true, WriteDefine: true, PPRead: true, OwnerRead: true,
-				AuthRead: true, NoDA: true, PlatformCreate: true, NT: tpm2.TPMNTOrdinary,
-			},
-			DataSize: uint16(size),
-		}),
-	}).Execute(tr); err != nil {
-		t.Fatalf("TPM2_NV_DefineSpace %#x: %v", idx, err)
-	}
-	rp, err := tpm2.NVReadPublic{NVIndex: tpm2.TPMHandle(idx)}.Execute(tr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	padded := make([]byte, size)
-	copy(padded, data)
-	for off := 0; off < size; off += 512 {
-		end := min(off+512, size)
-		if _, err := (tpm2.NVWrite{
-			AuthHandle: platform,
-			NVIndex:    tpm2.NamedHandle{Handle: tpm2.TPMHandle(idx), Name: rp.NVName},
-			Data:       tpm2.TPM2BMaxNVBuffer{Buffer: padded[off:end]},
-			Offset:     uint16(off),
-		}).Execute(tr); err != nil {
-			t.Fatalf("TPM2_NV_Write %#x at %d: %v", idx, off, err)
-		}
-	}
-}
-
 func TestSimEKCertificates(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 
 	certs, err := tp.EKCertificates(ctx)
 	if err != nil {
@@ -356,8 +269,8 @@ func TestSimEKCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p256Cert := makeEKCert(t, p256.Public)
-	writeNV(t, tr, tpm.EKCertIndexECCP256, p256Cert, len(p256Cert))
+	p256Cert := tpmtest.NewManufacturer(t, "test TPM manufacturer CA", nil).EKCert(t, p256.Public, tpmtest.EKCertOptions{})
+	tpmtest.WriteNV(t, tr, tpm.EKCertIndexECCP256, p256Cert, len(p256Cert))
 	auto, err := tp.EK(ctx, tpm.EKAuto)
 	if err != nil {
 		t.Fatal(err)
@@ -369,8 +282,8 @@ func TestSimEKCertificates(t *testing.T) {
 	// An RSA certificate in an index larger than the certificate, as on
 	// many TPMs, and larger than one TPM2_NV_Read: read in chunks, and the
 	// padding is cut.
-	rsaCert := makeEKCert(t, ek.Public)
-	writeNV(t, tr, tpm.EKCertIndexRSA2048, rsaCert, 2000)
+	rsaCert := tpmtest.NewManufacturer(t, "test TPM manufacturer CA", nil).EKCert(t, ek.Public, tpmtest.EKCertOptions{})
+	tpmtest.WriteNV(t, tr, tpm.EKCertIndexRSA2048, rsaCert, 2000)
 
 	certs, err = tp.EKCertificates(ctx)
 	if err != nil {
@@ -412,7 +325,7 @@ func TestSimEKCertificates(t *testing.T) {
 // and checks that only the keys still open stay loaded.
 func TestSimFlushDiscipline(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 	ak, _, err := tp.NewAK(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -471,7 +384,7 @@ func TestSimFlushDiscipline(t *testing.T) {
 
 func TestSimKeyFromAnotherConnection(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 	ak, _, err := tp.NewAK(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -492,7 +405,7 @@ func TestSimKeyFromAnotherConnection(t *testing.T) {
 // at once on one TPM: the mutex serializes the commands (run with -race).
 func TestSimConcurrentUse(t *testing.T) {
 	ctx := context.Background()
-	tp, tr := openSim(t)
+	tp, tr := tpmtest.OpenSim(t)
 	ak, _, err := tp.NewAK(ctx)
 	if err != nil {
 		t.Fatal(err)

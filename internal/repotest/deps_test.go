@@ -41,6 +41,8 @@ var libraryRules = []struct {
 		"pinned TLS for any client of fleetd"},
 	{"pki/joinresponse", [][]string{storage, binaries},
 		"the signed join result needs the wire types (api/joinv1), and nothing heavier"},
+	{"pki/pkitest", [][]string{thirdParty, httpServe, logging, binaries},
+		"test support: throwaway keys and CAs"},
 	{"callsig", [][]string{thirdParty, storage, httpServe, logging, binaries, {module + "/tpm", module + "/attest"}},
 		"signed calls for clients in any program: the standard library and pki only"},
 	{"attest", [][]string{storage, httpServe, rpc, logging, binaries, tpmDevice, {module + "/pki"}},

@@ -1,7 +1,10 @@
 // Package tpmtest helps tests use real TPMs: it starts swtpm, the software
-// TPM, on a free loopback port with EK certificates from a private CA, and
-// makes credential-activation challenges as a verifier does. It is for tests
-// only; nothing in a release binary imports it.
+// TPM, on a free loopback port with EK certificates from a private CA;
+// opens the in-process simulator (OpenSim, build tag tpmsim); plays a TPM
+// manufacturer (a CA that issues EK certificates as the TCG profile says,
+// and writes them to NV); and makes credential-activation challenges as a
+// verifier does. It is for tests only; nothing in a release binary imports
+// it.
 package tpmtest
 
 import (

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -22,19 +21,11 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/pki/pkitest"
 	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-func newKey(t *testing.T) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
 
 // nodeCert returns a self-signed node certificate for nodeID and key, valid
 // from notBefore to notAfter, as DER.
@@ -58,7 +49,7 @@ func nodeCert(t *testing.T, nodeID string, key *ecdsa.PrivateKey, notBefore, not
 
 func leafCert(t *testing.T, nodeID string, notBefore, notAfter time.Time) *x509.Certificate {
 	t.Helper()
-	c, err := x509.ParseCertificate(nodeCert(t, nodeID, newKey(t), notBefore, notAfter))
+	c, err := x509.ParseCertificate(nodeCert(t, nodeID, pkitest.NewKey(t), notBefore, notAfter))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,13 +114,13 @@ func check(t *testing.T, got Result, name string, status Status, msgPart, fix st
 const rejoin = "bcd join --reset --yes, then bcd join"
 
 func TestCheckIdentity(t *testing.T) {
-	k := newKey(t)
+	k := pkitest.NewKey(t)
 	good := persisted(t, k, k)
 	goodLeaf, err := loaded(good)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, errMismatch := loaded(persisted(t, k, newKey(t)))
+	_, errMismatch := loaded(persisted(t, k, pkitest.NewKey(t)))
 	if !errors.Is(errMismatch, identity.ErrKeyMismatch) {
 		t.Fatalf("setup: want a key mismatch, got %v", errMismatch)
 	}

@@ -10,7 +10,6 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
-	"math/big"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -18,25 +17,10 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
+	"github.com/nodetrust/nodetrust/pki/pkitest"
 )
 
 const trustDomain = "nodetrust.test"
-
-// testCA is a node-issuing CA for tests.
-type testCA struct {
-	key  *ecdsa.PrivateKey
-	cert *x509.Certificate
-	der  []byte
-}
-
-func newKey(t testing.TB) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
-}
 
 // keyPEM encodes k as PKCS#8 in a PEM block of type typ.
 func keyPEM(t testing.TB, k crypto.PrivateKey, typ string) []byte {
@@ -50,53 +34,28 @@ func keyPEM(t testing.TB, k crypto.PrivateKey, typ string) []byte {
 
 func fileKeyPEM(t testing.TB, k crypto.PrivateKey) []byte { return keyPEM(t, k, PEMTypeFileKey) }
 
-func newCA(t testing.TB) *testCA {
-	t.Helper()
-	key := newKey(t)
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "test node CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{key: key, cert: cert, der: der}
-}
+// testCA is a node-issuing CA for tests.
+type testCA struct{ *pkitest.CA }
 
-var serial int64 = 100
+func newCA(t testing.TB) testCA { return testCA{pkitest.NewCA(t, "test node CA")} }
 
 // leafTemplate is a node certificate for nodeID.
 func leafTemplate(nodeID string) *x509.Certificate {
-	serial++
 	u := &url.URL{Scheme: "spiffe", Host: trustDomain, Path: "/node/" + nodeID}
 	return &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: nodeID},
-		NotBefore:    time.Now().Add(-time.Minute),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
-		URIs:         []*url.URL{u},
+		Subject:     pkix.Name{CommonName: nodeID},
+		NotBefore:   time.Now().Add(-time.Minute),
+		NotAfter:    time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
+		URIs:        []*url.URL{u},
 	}
 }
 
 // identity returns an identity for nodeID whose leaf the CA issued for pub.
-func (ca *testCA) identity(t testing.TB, nodeID string, pub crypto.PublicKey) Identity {
+func (ca testCA) identity(t testing.TB, nodeID string, pub crypto.PublicKey) Identity {
 	t.Helper()
-	der, err := x509.CreateCertificate(rand.Reader, leafTemplate(nodeID), ca.cert, pub, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der := ca.Issue(t, leafTemplate(nodeID), pub).Raw
 	return Identity{
 		Version:     Version,
 		NodeID:      nodeID,
@@ -107,8 +66,8 @@ func (ca *testCA) identity(t testing.TB, nodeID string, pub crypto.PublicKey) Id
 		Generation:  1,
 		Attestor:    "token",
 		KeyKind:     KeyKindFile,
-		Chain:       [][]byte{der, ca.der},
-		Roots:       [][]byte{ca.der},
+		Chain:       [][]byte{der, ca.Cert.Raw},
+		Roots:       [][]byte{ca.Cert.Raw},
 		ServerTime:  time.Now().UTC().Truncate(time.Second),
 		JoinedAt:    time.Now().UTC().Truncate(time.Second),
 	}
@@ -117,10 +76,7 @@ func (ca *testCA) identity(t testing.TB, nodeID string, pub crypto.PublicKey) Id
 // selfSignedIdentity returns an identity whose leaf is self-signed by key.
 func selfSignedIdentity(t testing.TB, nodeID string, key *ecdsa.PrivateKey) Identity {
 	t.Helper()
-	der, err := x509.CreateCertificate(rand.Reader, leafTemplate(nodeID), leafTemplate(nodeID), &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	der := pkitest.SelfSigned(t, leafTemplate(nodeID), key).Raw
 	return Identity{Version: Version, NodeID: nodeID, KeyKind: KeyKindFile, Chain: [][]byte{der}, Roots: [][]byte{der}}
 }
 

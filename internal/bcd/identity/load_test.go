@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
+	"github.com/nodetrust/nodetrust/pki/pkitest"
 )
 
 const (
@@ -21,7 +22,7 @@ const (
 
 func TestLoadState(t *testing.T) {
 	ca := newCA(t)
-	k1, k2 := newKey(t), newKey(t)
+	k1, k2 := pkitest.NewKey(t), pkitest.NewKey(t)
 
 	type want struct {
 		key      *ecdsa.PrivateKey // the loaded key, nil when an error is expected
@@ -352,7 +353,7 @@ func TestLoadStateNotJoinedWithoutDirectory(t *testing.T) {
 
 func TestLoadStateRoundTrip(t *testing.T) {
 	ca := newCA(t)
-	k := newKey(t)
+	k := pkitest.NewKey(t)
 	dir := t.TempDir()
 	id := ca.identity(t, "node-7", &k.PublicKey)
 	id.Version = 0 // written as Version
@@ -376,7 +377,7 @@ func TestLoadStateRoundTrip(t *testing.T) {
 }
 
 func TestLoadPKCS8Key(t *testing.T) {
-	k := newKey(t)
+	k := pkitest.NewKey(t)
 	if s, err := LoadPKCS8Key(fileKeyPEM(t, k)); err != nil || !k.PublicKey.Equal(s.Public()) {
 		t.Fatalf("LoadPKCS8Key = %v, %v", s, err)
 	}
@@ -399,7 +400,7 @@ func TestLoadPKCS8Key(t *testing.T) {
 
 func FuzzParse(f *testing.F) {
 	ca := newCA(f)
-	data, err := marshal(ca.identity(f, "n1", &newKey(f).PublicKey))
+	data, err := marshal(ca.identity(f, "n1", &pkitest.NewKey(f).PublicKey))
 	if err != nil {
 		f.Fatal(err)
 	}

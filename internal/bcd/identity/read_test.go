@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
+	"github.com/nodetrust/nodetrust/pki/pkitest"
 )
 
 // snapshot returns the names and contents of the files in dir.
@@ -45,7 +46,7 @@ func sameFiles(t *testing.T, dir string, before map[string]string) {
 func TestReadIdentity(t *testing.T) {
 	ca := newCA(t)
 	dir := t.TempDir()
-	k := newKey(t)
+	k := pkitest.NewKey(t)
 	id := ca.identity(t, "n1", &k.PublicKey)
 	writeIdentity(t, dir, id)
 	writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k))
@@ -61,7 +62,7 @@ func TestReadIdentity(t *testing.T) {
 	if len(chain) != 2 || leaf != chain[0] || !bytes.Equal(leaf.Raw, id.Chain[0]) {
 		t.Errorf("leaf and chain do not match identity.json")
 	}
-	if len(roots) != 1 || !roots[0].Equal(ca.cert) {
+	if len(roots) != 1 || !roots[0].Equal(ca.Cert) {
 		t.Errorf("roots do not match identity.json")
 	}
 	sameFiles(t, dir, before)
@@ -107,7 +108,7 @@ func mustMarshal(t *testing.T, id Identity) []byte {
 
 func TestReadKey(t *testing.T) {
 	ca := newCA(t)
-	k1, k2, other := newKey(t), newKey(t), newKey(t)
+	k1, k2, other := pkitest.NewKey(t), pkitest.NewKey(t), pkitest.NewKey(t)
 	id1 := ca.identity(t, "n1", &k1.PublicKey)
 	id2 := ca.identity(t, "n1", &k2.PublicKey)
 	leaf := func(id Identity) *x509.Certificate {
@@ -189,11 +190,11 @@ func TestReadKey(t *testing.T) {
 
 func TestCloseSigner(t *testing.T) {
 	var closed bool
-	CloseSigner(closingSigner{PrivateKey: newKey(t), closed: &closed})
+	CloseSigner(closingSigner{PrivateKey: pkitest.NewKey(t), closed: &closed})
 	if !closed {
 		t.Error("a closer was not closed")
 	}
-	CloseSigner(newKey(t)) // not a closer: nothing to do
+	CloseSigner(pkitest.NewKey(t)) // not a closer: nothing to do
 }
 
 func b64(der []byte) string { return base64.StdEncoding.EncodeToString(der) }

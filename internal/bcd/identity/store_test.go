@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
+	"github.com/nodetrust/nodetrust/pki/pkitest"
 )
 
 var now = time.Unix(1_760_000_000, 0)
@@ -29,7 +30,7 @@ func mode(t *testing.T, path string) os.FileMode {
 
 func TestPersist(t *testing.T) {
 	ca := newCA(t)
-	k1, k2 := newKey(t), newKey(t)
+	k1, k2 := pkitest.NewKey(t), pkitest.NewKey(t)
 	journal := []byte("old journal")
 	aside := func(node string) string {
 		return datadir.JournalFile + "." + node + "-" + strconv.FormatInt(now.Unix(), 10)
@@ -168,7 +169,7 @@ func TestPersist(t *testing.T) {
 
 func TestPersistCreatesDirectory(t *testing.T) {
 	ca := newCA(t)
-	k := newKey(t)
+	k := pkitest.NewKey(t)
 	dir := filepath.Join(t.TempDir(), "var", "lib", "bcd")
 	if err := Persist(dir, ca.identity(t, "n1", &k.PublicKey), fileKeyPEM(t, k), now); err != nil {
 		t.Fatal(err)
@@ -183,7 +184,7 @@ func TestPersistCreatesDirectory(t *testing.T) {
 
 func TestPersistRefusesIncompleteIdentity(t *testing.T) {
 	ca := newCA(t)
-	k := newKey(t)
+	k := pkitest.NewKey(t)
 	good := ca.identity(t, "n1", &k.PublicKey)
 	for name, tc := range map[string]struct {
 		mut func(*Identity)
@@ -212,7 +213,7 @@ func TestPersistRefusesIncompleteIdentity(t *testing.T) {
 
 // renewal sets up dir with an identity for k1 and returns the renewed
 // identity for k2.
-func renewal(t *testing.T, dir string, ca *testCA, k1, k2 *ecdsa.PrivateKey) Identity {
+func renewal(t *testing.T, dir string, ca testCA, k1, k2 *ecdsa.PrivateKey) Identity {
 	t.Helper()
 	old := ca.identity(t, "n1", &k1.PublicKey)
 	if err := Persist(dir, old, fileKeyPEM(t, k1), now); err != nil {
@@ -266,7 +267,7 @@ func TestStoreRenewalCrash(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			k1, k2 := newKey(t), newKey(t)
+			k1, k2 := pkitest.NewKey(t), pkitest.NewKey(t)
 			renewed := renewal(t, dir, ca, k1, k2)
 			if err := WriteNextKey(dir, fileKeyPEM(t, k2)); err != nil {
 				t.Fatal(err)
@@ -308,7 +309,7 @@ func TestStoreRenewalCrash(t *testing.T) {
 func TestStoreRenewal(t *testing.T) {
 	ca := newCA(t)
 	dir := t.TempDir()
-	k1, k2 := newKey(t), newKey(t)
+	k1, k2 := pkitest.NewKey(t), pkitest.NewKey(t)
 	renewed := renewal(t, dir, ca, k1, k2)
 	// Something removed node.key.next after the request was sent: StoreRenewal
 	// writes it again.
@@ -338,7 +339,7 @@ func TestStoreRenewal(t *testing.T) {
 
 func TestWriteNextKey(t *testing.T) {
 	dir := t.TempDir()
-	k := newKey(t)
+	k := pkitest.NewKey(t)
 	if err := WriteNextKey(dir, fileKeyPEM(t, k)); err != nil {
 		t.Fatal(err)
 	}
@@ -366,7 +367,7 @@ func TestStoreRenewalKilled(t *testing.T) {
 	for _, c := range crashSteps[1:] {
 		t.Run(c.step, func(t *testing.T) {
 			dir := t.TempDir()
-			k1, k2 := newKey(t), newKey(t)
+			k1, k2 := pkitest.NewKey(t), pkitest.NewKey(t)
 			renewed := renewal(t, dir, ca, k1, k2)
 			work := t.TempDir()
 			data, err := json.Marshal(renewed)
@@ -417,7 +418,7 @@ func TestStoreRenewalKilledChild(t *testing.T) {
 
 func TestResetPlanAndMoveAside(t *testing.T) {
 	ca := newCA(t)
-	k1, k2 := newKey(t), newKey(t)
+	k1, k2 := pkitest.NewKey(t), pkitest.NewKey(t)
 	dir := t.TempDir()
 	if got := ResetPlan(dir); len(got) != 0 {
 		t.Fatalf("ResetPlan of an empty directory = %v", got)

@@ -5,8 +5,7 @@ package tpmhelper
 import (
 	"testing"
 
-	"github.com/nodetrust/nodetrust/tpm"
-	"github.com/nodetrust/nodetrust/tpm/tpmsim"
+	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
 
 // The simulator tests run the test bodies of common_test.go on the
@@ -17,18 +16,12 @@ import (
 // after checking that nothing is left loaded.
 func openSim(t *testing.T) testTPM {
 	t.Helper()
-	tr, err := tpmsim.OpenTransport()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tp := tpm.New(tr, tr)
+	tp, tr := tpmtest.OpenSim(t)
 	tt := testTPM{tp: tp, tr: tr}
+	// Cleanups run last-in first-out: this one before the simulator's.
 	t.Cleanup(func() {
 		if !t.Failed() {
 			tt.requireHandles(t, 0)
-		}
-		if err := tp.Close(); err != nil {
-			t.Errorf("close the simulator: %v", err)
 		}
 	})
 	return tt
