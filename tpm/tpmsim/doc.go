@@ -1,6 +1,8 @@
 // Package tpmsim opens the in-process TPM 2.0 reference simulator
 // (github.com/google/go-tpm-tools/simulator, Microsoft's reference code
-// built with cgo) for tests and `fleetd dev`/`bcd --tpm=sim`.
+// built with cgo) for tests. No release binary uses it: bcd opens a TPM
+// device or a TPM over TCP (swtpm), and tests that run the real binaries
+// use swtpm.
 //
 // The simulator is only built with the build tag tpmsim (and cgo):
 //

@@ -1,12 +1,13 @@
 // Package storetest is the conformance suite of store.Store: every
-// implementation (the embedded SQLite store, the PostgreSQL store) runs
-// Run from its own tests and must pass it unchanged.
+// implementation (today the embedded SQLite store) runs Run from its own
+// tests and must pass it unchanged.
 //
 // The suite checks the contracts written on store.Store and, where the
 // interface leaves a choice, pins one so that the implementations agree:
 //
 //   - Times read back equal (time.Time.Equal) to the times written; the
-//     suite uses microsecond precision, the finest PostgreSQL keeps. The
+//     suite uses microsecond precision, the finest PostgreSQL keeps, so
+//     that a PostgreSQL store can pass it too. The
 //     zero time reads back as the zero time. Empty and nil claim lists are
 //     equivalent.
 //   - A token that expires exactly at Join.Now is expired.
