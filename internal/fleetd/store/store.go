@@ -15,7 +15,9 @@ var (
 	ErrConflict = errors.New("conflict")
 )
 
-// Node states (seed 003's lifecycle; only active is used by joins today).
+// Node states (seed 003's lifecycle; internal/fleetd/lifecycle says what
+// each may do and which transitions are allowed). A declared device without
+// a node record is planned.
 const (
 	StatePlanned      = "planned"
 	StateProvisioning = "provisioning"
@@ -76,6 +78,10 @@ type Node struct {
 	// EKPin is the pin ("sha256:" + hex of the SPKI DER) of the EK a tpm
 	// join proved; empty for a node that never joined with its TPM.
 	EKPin string
+	// Class is the machine class its declaration names (worker,
+	// control-plane, install-environment, or one configured); empty for a
+	// node the inventory does not declare.
+	Class string
 }
 
 // Cert records one issued node certificate.
@@ -133,6 +139,19 @@ type Join struct {
 	// Audit, when not nil, is appended to the audit trail in the same
 	// transaction: it is written if and only if the join is.
 	Audit *AuditEvent
+	// ExpectState, when not empty, makes the join conditional (with
+	// Reclaim): the stored node must exist with state ExpectState and
+	// generation ExpectGeneration, or CompleteJoin fails with ErrConflict
+	// and writes nothing. A quarantine or retirement between the decision
+	// and the write thus refuses the join.
+	ExpectState      string
+	ExpectGeneration uint64
+	// History is appended to the node's state history in the same
+	// transaction (a join's planned → provisioning → active, say).
+	History []StateChange
+	// ClaimKey, when not empty, names the claim this join settles; it is
+	// removed in the same transaction.
+	ClaimKey string
 }
 
 // AuditEvent is one entry of the server's audit trail.
@@ -170,7 +189,8 @@ type Store interface {
 
 	// RecordRenewal stores a renewed certificate and updates the node's
 	// current serial, expiry and last-seen time, only if the node's
-	// generation still equals c.Generation (ErrConflict otherwise). The
+	// generation still equals c.Generation and its state is one that may
+	// renew (StateActive or StateProvisioning); ErrConflict otherwise. The
 	// audit event, when not nil, is appended in the same transaction.
 	RecordRenewal(ctx context.Context, c Cert, audit *AuditEvent) error
 	// GetCert returns one issued certificate by serial.
@@ -180,10 +200,13 @@ type Store interface {
 	// RenewalTimes returns the IssuedAt times of the node's certificates of
 	// kind "renew" issued at or after since, oldest first.
 	RenewalTimes(ctx context.Context, nodeID string, since time.Time) ([]time.Time, error)
-	// RevokeNode raises the node's generation, sets its state to
-	// StateRevoked and marks all its unrevoked certificates revoked with
-	// reason. It returns the new generation and the serials it revoked.
-	// The audit event, when not nil, is appended in the same transaction.
+	// RevokeNode raises the node's generation, marks all its unrevoked
+	// certificates revoked with reason, and sets its state to StateRevoked
+	// unless it is quarantined or retired, which it stays (a revocation
+	// lifts neither). A change of state is appended to the node's history
+	// with the audit event's actor. It returns the new generation and the
+	// serials it revoked. The audit event, when not nil, is appended in the
+	// same transaction.
 	RevokeNode(ctx context.Context, id, reason string, now time.Time, audit *AuditEvent) (uint64, []string, error)
 	// DeleteNode revokes as RevokeNode does, then removes the node record;
 	// its certificate records stay, revoked. It leaves a tombstone with the
@@ -209,6 +232,73 @@ type Store interface {
 	// nodeID approved by by at now and returns them; ErrNotFound if there
 	// is none.
 	ApprovePending(ctx context.Context, nodeID, by string, now time.Time) ([]Pending, error)
+
+	// CreateAdmin records an admin credential; ErrConflict if its serial
+	// exists or an unrevoked credential has the same name. The audit
+	// event, when not nil, is appended in the same transaction.
+	CreateAdmin(ctx context.Context, a AdminCred, audit *AuditEvent) error
+	// GetAdmin returns the admin credential with this certificate serial;
+	// ErrNotFound if there is none.
+	GetAdmin(ctx context.Context, serial string) (AdminCred, error)
+	// ListAdmins returns every admin credential, revoked ones included,
+	// ordered by name, then by CreatedAt.
+	ListAdmins(ctx context.Context) ([]AdminCred, error)
+	// RevokeAdmin revokes every unrevoked credential named name, by by at
+	// now, and returns them; ErrNotFound if there is none. The audit
+	// event, when not nil, is appended in the same transaction.
+	RevokeAdmin(ctx context.Context, name, by string, now time.Time, audit *AuditEvent) ([]AdminCred, error)
+
+	// ApplyInventory writes declarations and their changelog in one
+	// transaction: each write inserts its declaration when PrevVersion is
+	// 0 (ErrConflict if the name exists) or replaces the stored one whose
+	// Version equals PrevVersion (ErrConflict otherwise); the stored
+	// Version becomes PrevVersion+1. The changes and the audit event (when
+	// not nil) are appended. The class of a node record with a written
+	// declaration's name follows the declaration, and so do its role and
+	// site while it is planned or provisioning. On any error nothing is
+	// written.
+	ApplyInventory(ctx context.Context, w InventoryWrite) error
+	// GetDeclaration returns one declaration; ErrNotFound if none.
+	GetDeclaration(ctx context.Context, name string) (Declaration, error)
+	// ListDeclarations returns every declaration ordered by name.
+	ListDeclarations(ctx context.Context) ([]Declaration, error)
+	// DeclarationsByClaims returns the declarations, ordered by name,
+	// whose product UUID equals productUUID (when not empty) or whose
+	// serial is one of serials (empty strings match nothing).
+	DeclarationsByClaims(ctx context.Context, productUUID string, serials []string) ([]Declaration, error)
+	// DeclarationsByEKPin returns the declarations, ordered by name, whose
+	// EK binding names pin.
+	DeclarationsByEKPin(ctx context.Context, pin string) ([]Declaration, error)
+	// ListChanges returns the changelog of one device (all devices for
+	// ""), newest first: ordered by Time, latest first, and changes of
+	// the same Time latest appended first. A limit below 1 is an error.
+	ListChanges(ctx context.Context, device string, limit int) ([]FieldChange, error)
+
+	// TransitionNode changes a node's state in one transaction: the node
+	// must be in one of t.From (ErrConflict otherwise; ErrNotFound when
+	// there is no node and t.Create is nil). With t.Create set and no
+	// node of that id, t.Create is written with state t.To (its
+	// generation must be above any tombstone's, as CompleteJoin's). With
+	// t.Revoke the generation rises and the unrevoked certificates are
+	// revoked with reason t.Reason. The change is appended to the node's
+	// history and t.Audit (when not nil) to the audit trail. It returns
+	// the node as written and the serials it revoked.
+	TransitionNode(ctx context.Context, t Transition) (Node, []string, error)
+	// NodeHistory returns the state changes of a node id, oldest first
+	// (in the order they were appended); none for an unknown id.
+	NodeHistory(ctx context.Context, id string) ([]StateChange, error)
+
+	// RecordClaim records a machine that asked to join and was not
+	// admitted: a claim with a new Key is inserted with Count 1 and
+	// FirstSeen = LastSeen = c.LastSeen; one with a known Key has its
+	// fields replaced, its Count raised by one and FirstSeen kept. When
+	// max claims are held and the key is new, the claim seen longest ago
+	// is removed first, so the table never holds more than max (max < 1
+	// is an error).
+	RecordClaim(ctx context.Context, c Claim, max int) error
+	// ListClaims returns at most limit claims, the most recently seen
+	// first. A limit below 1 is an error.
+	ListClaims(ctx context.Context, limit int) ([]Claim, error)
 
 	// AppendAudit adds an audit event.
 	AppendAudit(ctx context.Context, e AuditEvent) error

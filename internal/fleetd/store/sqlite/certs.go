@@ -16,8 +16,8 @@ var (
 	qInsertCert = newWriteQuery(`INSERT INTO certs (` + certColumns + `)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
 	qRenewNode = newWriteQuery(`UPDATE nodes SET cert_serial = ?, cert_not_after = ?, last_seen = ?
-		WHERE id = ? AND generation = ?`)
-	qNodeGeneration = newWriteQuery(`SELECT generation FROM nodes WHERE id = ?`)
+		WHERE id = ? AND generation = ? AND state IN ('active', 'provisioning')`)
+	qNodeGeneration = newWriteQuery(`SELECT generation, state FROM nodes WHERE id = ?`)
 	qGetCert        = newReadQuery(`SELECT ` + certColumns + ` FROM certs WHERE serial = ?`)
 	qCountCerts     = newReadQuery(`SELECT count(*) FROM certs
 		WHERE node_id = ?1 AND (?2 IS NULL OR issued_at >= ?2)`)
@@ -42,8 +42,10 @@ func insertCert(t *wtx, serial string, vals []any) error {
 
 // RecordRenewal stores a renewed certificate and sets the node's current
 // serial to c.Serial, its expiry to c.NotAfter and its last-seen time to
-// c.IssuedAt, only if the node exists and its generation still equals
-// c.Generation. It returns ErrConflict otherwise, and when the serial
+// c.IssuedAt, only if the node exists, its generation still equals
+// c.Generation and it is active or provisioning (a quarantined, retired or
+// revoked node does not renew). It returns ErrConflict otherwise, and when
+// the serial
 // exists. The audit event, when not nil, is appended in the same
 // transaction, so it is written if and only if the renewal is.
 //
@@ -108,15 +110,20 @@ func (call *renewalCall) write(t *wtx) error {
 
 // renewalConflict says why a renewal found no node of its generation.
 func renewalConflict(t *wtx, c store.Cert) error {
-	var gen int64
-	err := t.queryRow(qNodeGeneration, c.NodeID).Scan(&gen)
+	var (
+		gen   int64
+		state string
+	)
+	err := t.queryRow(qNodeGeneration, c.NodeID).Scan(&gen, &state)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return fmt.Errorf("node is gone: %w", store.ErrConflict)
 	case err != nil:
 		return err
-	default:
+	case gen < 0 || uint64(gen) != c.Generation:
 		return fmt.Errorf("node is at generation %d, certificate has %d: %w", gen, c.Generation, store.ErrConflict)
+	default:
+		return fmt.Errorf("node is %s and does not renew: %w", state, store.ErrConflict)
 	}
 }
 

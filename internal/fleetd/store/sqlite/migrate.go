@@ -125,6 +125,97 @@ CREATE TABLE node_tombstones (
 	deleted_at INTEGER
 ) STRICT;
 `,
+	// 5: the fleet lifecycle (internal/fleetd/lifecycle): a node's class,
+	// admin credentials with roles, the declared inventory with its
+	// changelog, each node's state history, and claims of machines not
+	// admitted. A declaration is not a node: node ids are not foreign keys
+	// here, and a declared device without a node record is planned.
+	`
+ALTER TABLE nodes ADD COLUMN class TEXT NOT NULL DEFAULT '';
+
+CREATE TABLE admins (
+	serial     TEXT PRIMARY KEY,
+	name       TEXT NOT NULL,
+	role       TEXT NOT NULL,
+	created_by TEXT NOT NULL,
+	created_at INTEGER,
+	not_after  INTEGER,
+	revoked_at INTEGER,
+	revoked_by TEXT NOT NULL
+) STRICT;
+CREATE UNIQUE INDEX admins_unrevoked_name ON admins (name) WHERE revoked_at IS NULL;
+
+CREATE TABLE declarations (
+	name           TEXT PRIMARY KEY,
+	serial         TEXT NOT NULL,
+	product_uuid   TEXT NOT NULL,
+	macs           TEXT NOT NULL,
+	class          TEXT NOT NULL,
+	site           TEXT NOT NULL,
+	role           TEXT NOT NULL,
+	switch_chassis TEXT NOT NULL,
+	switch_port    TEXT NOT NULL,
+	ek_pins        TEXT NOT NULL,
+	ek_source      TEXT NOT NULL,
+	ek_reference   TEXT NOT NULL,
+	version        INTEGER NOT NULL,
+	updated_at     INTEGER
+) STRICT;
+CREATE INDEX declarations_serial ON declarations (serial) WHERE serial <> '';
+CREATE INDEX declarations_product_uuid ON declarations (product_uuid) WHERE product_uuid <> '';
+
+-- The EK pins of each declaration's binding, for lookups by pin.
+CREATE TABLE declaration_ek_pins (
+	name TEXT NOT NULL REFERENCES declarations (name) ON DELETE CASCADE,
+	pin  TEXT NOT NULL,
+	PRIMARY KEY (name, pin)
+) STRICT;
+CREATE INDEX declaration_ek_pins_pin ON declaration_ek_pins (pin);
+
+CREATE TABLE inventory_changes (
+	seq        INTEGER PRIMARY KEY,
+	time       INTEGER,
+	device     TEXT NOT NULL,
+	field      TEXT NOT NULL,
+	old        TEXT NOT NULL,
+	new        TEXT NOT NULL,
+	actor      TEXT NOT NULL,
+	actor_role TEXT NOT NULL,
+	request_id TEXT NOT NULL,
+	source     TEXT NOT NULL
+) STRICT;
+CREATE INDEX inventory_changes_device ON inventory_changes (device, time, seq);
+CREATE INDEX inventory_changes_time ON inventory_changes (time, seq);
+
+CREATE TABLE node_history (
+	seq        INTEGER PRIMARY KEY,
+	time       INTEGER,
+	node_id    TEXT NOT NULL,
+	from_state TEXT NOT NULL,
+	to_state   TEXT NOT NULL,
+	actor      TEXT NOT NULL,
+	reason     TEXT NOT NULL,
+	request_id TEXT NOT NULL
+) STRICT;
+CREATE INDEX node_history_node ON node_history (node_id, seq);
+
+CREATE TABLE claims (
+	key          TEXT PRIMARY KEY,
+	attestor     TEXT NOT NULL,
+	ek_pin       TEXT NOT NULL,
+	product_uuid TEXT NOT NULL,
+	serials      TEXT NOT NULL,
+	macs         TEXT NOT NULL,
+	hostname     TEXT NOT NULL,
+	peer         TEXT NOT NULL,
+	reason       TEXT NOT NULL,
+	declared     TEXT NOT NULL,
+	first_seen   INTEGER,
+	last_seen    INTEGER,
+	count        INTEGER NOT NULL
+) STRICT;
+CREATE INDEX claims_last_seen ON claims (last_seen, key);
+`,
 }
 
 const createMigrationsTable = `

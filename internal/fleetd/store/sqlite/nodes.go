@@ -18,12 +18,12 @@ const nodeColumns = `n.id, n.spiffe_id, n.role, n.site, n.state, n.generation, n
 	n.product_uuid,
 	(SELECT json_group_array(s.serial ORDER BY s.pos) FROM node_serials s WHERE s.node_id = n.id),
 	n.macs, n.gpu_uuids, n.hostname, n.boot_id, n.daemon_version,
-	n.joined_at, n.last_seen, n.cert_serial, n.cert_not_after, n.ek_pin`
+	n.joined_at, n.last_seen, n.cert_serial, n.cert_not_after, n.ek_pin, n.class`
 
 const nodeInsert = `INSERT INTO nodes (id, spiffe_id, role, site, state, generation, attestor,
 		product_uuid, macs, gpu_uuids, hostname, boot_id, daemon_version,
-		joined_at, last_seen, cert_serial, cert_not_after, ek_pin)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		joined_at, last_seen, cert_serial, cert_not_after, ek_pin, class)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 var (
 	qInsertNode  = newWriteQuery(nodeInsert + ` ON CONFLICT (id) DO NOTHING`)
@@ -34,11 +34,12 @@ var (
 		hostname = excluded.hostname, boot_id = excluded.boot_id,
 		daemon_version = excluded.daemon_version, joined_at = excluded.joined_at,
 		last_seen = excluded.last_seen, cert_serial = excluded.cert_serial,
-		cert_not_after = excluded.cert_not_after, ek_pin = excluded.ek_pin`)
+		cert_not_after = excluded.cert_not_after, ek_pin = excluded.ek_pin, class = excluded.class`)
 	qRevokeReclaimed = newWriteQuery(`UPDATE certs SET revoked_at = ?, revoked_reason = 'reclaimed'
 		WHERE node_id = ? AND revoked_at IS NULL`)
 	qDeleteSerials = newWriteQuery(`DELETE FROM node_serials WHERE node_id = ?`)
 	qInsertSerial  = newWriteQuery(`INSERT INTO node_serials (node_id, pos, serial) VALUES (?, ?, ?)`)
+	qNodeStateW    = newWriteQuery(`SELECT state, generation FROM nodes WHERE id = ?`)
 	qRaiseGen      = newWriteQuery(`UPDATE nodes SET generation = generation + 1, state = ?
 		WHERE id = ? RETURNING generation`)
 	qRevokeCerts = newWriteQuery(`UPDATE certs SET revoked_at = ?, revoked_reason = ?
@@ -106,6 +107,9 @@ func (d *DB) CompleteJoin(ctx context.Context, j store.Join) error {
 		certVals:  certArgs(&a, c),
 		auditVals: auditArgs(&a, j.Audit),
 	}
+	for _, h := range j.History {
+		call.historyVals = append(call.historyVals, historyArgs(&a, h))
+	}
 	if a.err != nil {
 		return fmt.Errorf("complete join for node %q: %w", n.ID, a.err)
 	}
@@ -124,6 +128,7 @@ type joinCall struct {
 	j                             store.Join
 	now                           sql.NullInt64
 	nodeVals, certVals, auditVals []any
+	historyVals                   [][]any
 }
 
 func (call *joinCall) String() string { return fmt.Sprintf("join of node %q", call.j.Node.ID) }
@@ -144,6 +149,11 @@ func (call *joinCall) write(t *wtx) error {
 			return err
 		}
 	}
+	if j.ExpectState != "" {
+		if err := expectNode(t, j.Node.ID, j.ExpectState, j.ExpectGeneration); err != nil {
+			return err
+		}
+	}
 	if j.Reclaim {
 		if _, err := t.exec(qRevokeReclaimed, call.now, j.Node.ID); err != nil {
 			return fmt.Errorf("revoke certificates of the reclaimed node: %w", err)
@@ -158,14 +168,44 @@ func (call *joinCall) write(t *wtx) error {
 	if err := insertCert(t, j.Cert.Serial, call.certVals); err != nil {
 		return err
 	}
+	for _, h := range call.historyVals {
+		if err := insertHistory(t, h); err != nil {
+			return err
+		}
+	}
+	if j.ClaimKey != "" {
+		if _, err := t.exec(qDeleteClaim, j.ClaimKey); err != nil {
+			return fmt.Errorf("remove claim: %w", err)
+		}
+	}
 	return insertAudit(t, call.auditVals)
+}
+
+// expectNode refuses, with ErrConflict, unless node id exists with state
+// and generation gen.
+func expectNode(t *wtx, id, state string, gen uint64) error {
+	var (
+		cur string
+		g   int64
+	)
+	err := t.queryRow(qNodeStateW, id).Scan(&cur, &g)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("node %q is gone: %w", id, store.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("read node state: %w", err)
+	}
+	if cur != state || g < 0 || uint64(g) != gen {
+		return fmt.Errorf("node %q is %s at generation %d, the join expected %s at %d: %w", id, cur, g, state, gen, store.ErrConflict)
+	}
+	return nil
 }
 
 func nodeArgs(a *args, n store.Node) []any {
 	return []any{n.ID, n.SPIFFEID, n.Role, n.Site, n.State, a.gen(n.Generation), n.Attestor,
 		n.Claims.ProductUUID, a.list(n.Claims.MACs), a.list(n.Claims.GPUUUIDs),
 		n.Claims.Hostname, n.Claims.BootID, n.DaemonVersion,
-		a.time(n.JoinedAt), a.time(n.LastSeen), n.CertSerial, a.time(n.CertNotAfter), n.EKPin}
+		a.time(n.JoinedAt), a.time(n.LastSeen), n.CertSerial, a.time(n.CertNotAfter), n.EKPin, n.Class}
 }
 
 // checkTombstone refuses, with ErrConflict, a node id a deletion left a
@@ -312,7 +352,7 @@ func scanNode(s scanner) (store.Node, error) {
 	)
 	if err := s.Scan(&n.ID, &n.SPIFFEID, &n.Role, &n.Site, &n.State, &gen, &n.Attestor,
 		&n.Claims.ProductUUID, &serials, &macs, &gpus, &n.Claims.Hostname, &n.Claims.BootID,
-		&n.DaemonVersion, &joined, &lastSeen, &n.CertSerial, &certNotAfter, &n.EKPin); err != nil {
+		&n.DaemonVersion, &joined, &lastSeen, &n.CertSerial, &certNotAfter, &n.EKPin, &n.Class); err != nil {
 		return store.Node{}, err
 	}
 	var err error
@@ -348,7 +388,7 @@ func (d *DB) RevokeNode(ctx context.Context, id, reason string, now time.Time, a
 		serials []string
 	)
 	err := d.write(ctx, func(t *wtx) (err error) {
-		if gen, serials, err = revoke(t, id, reason, at); err != nil {
+		if gen, serials, err = revoke(t, id, reason, at, audit, false); err != nil {
 			return err
 		}
 		return insertAudit(t, auditVals)
@@ -374,7 +414,7 @@ func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, a
 	var serials []string
 	err := d.write(ctx, func(t *wtx) (err error) {
 		var gen uint64
-		if gen, serials, err = revoke(t, id, reason, at); err != nil {
+		if gen, serials, err = revoke(t, id, reason, at, audit, false); err != nil {
 			return err
 		}
 		if _, err := t.exec(qPutTombstone, id, int64(gen), at); err != nil {
@@ -403,14 +443,47 @@ func revokeArgs(a args, at sql.NullInt64) error {
 	return nil
 }
 
-func revoke(t *wtx, id, reason string, at sql.NullInt64) (uint64, []string, error) {
-	var gen int64
-	err := t.queryRow(qRaiseGen, store.StateRevoked, id).Scan(&gen)
+// revoke raises the node's generation and revokes its certificates. The
+// state becomes revoked unless the node is quarantined, retired or
+// planned, which it stays; a change of state goes into the history with
+// audit's actor (or "fleetd"). With keepState the state does not change.
+func revoke(t *wtx, id, reason string, at sql.NullInt64, audit *store.AuditEvent, keepState bool) (uint64, []string, error) {
+	var (
+		old  string
+		prev int64
+	)
+	err := t.queryRow(qNodeStateW, id).Scan(&old, &prev)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, nil, store.ErrNotFound
 	}
 	if err != nil {
+		return 0, nil, fmt.Errorf("read node state: %w", err)
+	}
+	state := store.StateRevoked
+	switch old {
+	case store.StateQuarantined, store.StateRetired, store.StatePlanned:
+		state = old
+	}
+	if keepState {
+		state = old
+	}
+	var gen int64
+	if err := t.queryRow(qRaiseGen, state, id).Scan(&gen); err != nil {
 		return 0, nil, fmt.Errorf("raise generation: %w", err)
+	}
+	if state != old {
+		h := store.StateChange{NodeID: id, From: old, To: state, Actor: "fleetd", Reason: reason}
+		if audit != nil {
+			h.Time, h.Actor = audit.Time, audit.Actor
+		}
+		var a args
+		vals := historyArgs(&a, h)
+		if a.err == nil && !h.Time.IsZero() {
+			vals[0] = at
+		}
+		if err := insertHistory(t, vals); err != nil {
+			return 0, nil, err
+		}
 	}
 	rows, err := t.query(qRevokeCerts, at, reason, id)
 	if err != nil {

@@ -45,6 +45,17 @@
 //   - ListAudit orders by event Time, newest first, and events of the same
 //     Time latest appended first; a limit below 1 is an error.
 //   - The audit event given to CompleteJoin (Join.Audit), RecordRenewal,
-//     RevokeNode or DeleteNode is appended if and only if the call
-//     succeeds; a nil event appends nothing.
+//     RevokeNode, DeleteNode, CreateAdmin, RevokeAdmin, ApplyInventory or
+//     TransitionNode is appended if and only if the call succeeds; a nil
+//     event appends nothing.
+//   - A revocation of a quarantined or retired node keeps its state and
+//     writes no history; one of an active node writes active → revoked
+//     with the audit event's actor. A revoked node does not renew, nor a
+//     quarantined or retired one; a provisioning one does.
+//   - A declaration's version is 1 after its first write. ListChanges and
+//     NodeHistory order as ListAudit does (changes newest first, history
+//     oldest first, by order of appending). A transition that creates the
+//     node of a planned device records planned as the state it came from.
+//   - A repeated claim keeps its FirstSeen and counts up; the bound evicts
+//     the claim with the oldest LastSeen.
 package storetest
