@@ -303,14 +303,13 @@ func TestVerifyMachineProofRefuses(t *testing.T) {
 			name: "a leaf that is not a node certificate is refused",
 			make: func(t *testing.T, _ *TrustBundle, _ *string, _ *time.Time) *MachineProof {
 				p := newTestMachine(t, f.auth.Issuer, testNode, testNS).proof(t, testInst, instPub())
-				// The admin credential chains to the same root but names
-				// spiffe://<td>/admin/owner; check it against a bundle
-				// holding the serving CA instead.
+				// The admin credential chains to the same root (through
+				// the admin CA) but names spiffe://<td>/admin/owner.
 				owner, err := pki.ReadCerts(pki.Path(f.dir, pki.OwnerCertFile))
 				if err != nil {
 					t.Fatal(err)
 				}
-				p.Chain = [][]byte{owner[0].Raw, f.auth.ServingCA.Raw}
+				p.Chain = [][]byte{owner[0].Raw, f.auth.AdminCA.Raw}
 				return p
 			},
 			substr: "the leaf certificate is not a node certificate",
@@ -374,7 +373,7 @@ func TestVerifyMachineProofRefuses(t *testing.T) {
 
 // The owner credential's chain leads to the fleet's root, so the
 // "not a node certificate" case above reaches the node certificate check
-// only when the serving CA's chain is trusted too; this test makes sure the
+// only when the admin CA's chain is trusted too; this test makes sure the
 // case tests what it says.
 func TestAdminCertificateChainsToTheRoot(t *testing.T) {
 	f := newTestFleet(t, testTD)
@@ -383,7 +382,7 @@ func TestAdminCertificateChainsToTheRoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	inter := x509.NewCertPool()
-	inter.AddCert(f.auth.ServingCA)
+	inter.AddCert(f.auth.AdminCA)
 	if _, err := owner[0].Verify(x509.VerifyOptions{Roots: f.trust.Roots, Intermediates: inter, CurrentTime: testNow,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
 		t.Fatalf("owner certificate does not chain to the root: %v", err)

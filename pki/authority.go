@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 )
 
@@ -25,6 +26,11 @@ type Authority struct {
 	JoinSigner     crypto.Signer
 	JoinEncryption *JoinEncryptionKey
 	Bundle         *Bundle
+	// AdminCA issues admin credentials, with AdminSigner its key; both nil
+	// for a directory made before the admin CA existed (see [AddAdminCA]),
+	// whose owner credential chains to the serving CA.
+	AdminCA     *x509.Certificate
+	AdminSigner crypto.Signer
 }
 
 // LoadAuthority reads what [Init] wrote in dir and checks that it belongs
@@ -33,6 +39,9 @@ type Authority struct {
 // matches its certificate, the JWK is the join encryption key's, and the
 // bundle's three pins are those of the serving CA, the join signing key
 // and the join encryption key. Every error names the file.
+//
+// The admin CA (admin-ca.crt and admin-ca.key) is read when present; it
+// must be signed by the root and match its key.
 //
 // It does not read root-ca.key, serving-ca.key or the admin credential,
 // which a running control plane does not need; they may be kept offline.
@@ -135,6 +144,22 @@ func LoadAuthority(dir string) (*Authority, error) {
 	}
 	if !pub.Equal(a.JoinEncryption.Public()) {
 		return fail(JoinEncryptionJWKFile, errors.New("not the public key of "+JoinEncryptionKeyFile))
+	}
+
+	if _, err := os.Stat(Path(dir, AdminCACertFile)); errors.Is(err, fs.ErrNotExist) {
+		return a, nil
+	}
+	if a.AdminCA, err = readOneCert(dir, AdminCACertFile); err != nil {
+		return nil, err
+	}
+	if err := a.AdminCA.CheckSignatureFrom(a.Root); err != nil {
+		return fail(AdminCACertFile, fmt.Errorf("not signed by %s: %w", RootCACertFile, err))
+	}
+	if a.AdminSigner, err = ReadPrivateKey(Path(dir, AdminCAKeyFile)); err != nil {
+		return nil, fmt.Errorf("load pki: %w", err)
+	}
+	if !publicKeysEqual(a.AdminSigner.Public(), a.AdminCA.PublicKey) {
+		return fail(AdminCAKeyFile, errors.New("key does not match "+AdminCACertFile))
 	}
 	return a, nil
 }

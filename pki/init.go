@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -30,6 +29,8 @@ const (
 	JoinSigningKeyFile    = "join-signing.key"
 	JoinEncryptionKeyFile = "join-encryption.key"
 	JoinEncryptionJWKFile = "join-encryption.jwk"
+	AdminCACertFile       = "admin-ca.crt"
+	AdminCAKeyFile        = "admin-ca.key"
 	AdminDir              = "admin"
 	OwnerCertFile         = "admin/owner.crt"
 	OwnerKeyFile          = "admin/owner.key"
@@ -45,6 +46,7 @@ var InitFiles = []string{
 	ServingCertFile, ServingKeyFile,
 	JoinSigningKeyFile,
 	JoinEncryptionKeyFile, JoinEncryptionJWKFile,
+	AdminCACertFile, AdminCAKeyFile,
 	OwnerCertFile, OwnerKeyFile,
 	BundleFile,
 }
@@ -101,8 +103,9 @@ type initFile struct {
 // path length 0), a serving CA (5 years, path length 0), a serving
 // certificate for ServerName, "localhost" and ServerIPs (1 year, chain
 // included), the JoinService signing key (P-256), the join encryption key
-// and its JWK, the owner admin credential (a client certificate from the
-// serving CA for spiffe://<td>/admin/owner, 1 year), and pki-bundle.json
+// and its JWK, an admin CA (5 years, path length 0), the owner admin
+// credential (a client certificate from the admin CA for
+// spiffe://<td>/admin/owner with role owner, 1 year), and pki-bundle.json
 // with the three pins. Private keys are PKCS#8 PEM, mode 0600; the other
 // files are mode 0644.
 //
@@ -230,23 +233,7 @@ func makeInitFiles(o InitOptions) ([]initFile, *Bundle, error) {
 	}
 
 	subCA := func(label string) (*x509.Certificate, crypto.Signer, error) {
-		key, err := GenerateKey()
-		if err != nil {
-			return nil, nil, err
-		}
-		c, err := createCert(&x509.Certificate{
-			Subject:               pkix.Name{CommonName: initCertSubjectLabel + " " + label, Organization: []string{td}},
-			NotBefore:             notBefore,
-			NotAfter:              o.Now.AddDate(caLifetimeYears, 0, 0),
-			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
-			BasicConstraintsValid: true,
-			IsCA:                  true,
-			MaxPathLenZero:        true,
-		}, root, key.Public(), rootKey)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", label, err)
-		}
-		return c, key, nil
+		return makeSubCA(root, rootKey, label, td, o.Now)
 	}
 	nodeCA, nodeKey, err := subCA("node CA")
 	if err != nil {
@@ -319,27 +306,26 @@ func makeInitFiles(o InitOptions) ([]initFile, *Bundle, error) {
 		initFile{JoinEncryptionKeyFile, encPEM, PrivateKeyMode},
 		initFile{JoinEncryptionJWKFile, append(jwk, '\n'), PublicFileMode})
 
+	adminCA, adminCAKey, err := subCA("admin CA")
+	if err != nil {
+		return nil, nil, err
+	}
+	addCerts(AdminCACertFile, adminCA)
+	if err := addKey(AdminCAKeyFile, adminCAKey); err != nil {
+		return nil, nil, err
+	}
 	ownerKey, err := GenerateKey()
 	if err != nil {
 		return nil, nil, err
 	}
-	ownerURI, err := url.Parse(adminSPIFFEID(td, OwnerName))
+	owner, err := IssueAdminCert(adminCA, adminCAKey, AdminCertRequest{
+		PublicKey: ownerKey.Public(), TrustDomain: td, Name: OwnerName, Role: OwnerRole,
+		NotBefore: notBefore, NotAfter: o.Now.AddDate(leafLifetimeYears, 0, 0),
+	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("owner credential: %w", err)
 	}
-	owner, err := createCert(&x509.Certificate{
-		Subject:               pkix.Name{CommonName: OwnerName, Organization: []string{td}},
-		NotBefore:             notBefore,
-		NotAfter:              o.Now.AddDate(leafLifetimeYears, 0, 0),
-		KeyUsage:              x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
-		BasicConstraintsValid: true,
-		URIs:                  []*url.URL{ownerURI},
-	}, servingCA, ownerKey.Public(), servingCAKey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("owner credential: %w", err)
-	}
-	addCerts(OwnerCertFile, owner, servingCA)
+	addCerts(OwnerCertFile, owner, adminCA)
 	if err := addKey(OwnerKeyFile, ownerKey); err != nil {
 		return nil, nil, err
 	}

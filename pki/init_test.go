@@ -35,6 +35,7 @@ func TestInitWritesAllFiles(t *testing.T) {
 		ServingCertFile: 0o644, ServingKeyFile: 0o600,
 		JoinSigningKeyFile:    0o600,
 		JoinEncryptionKeyFile: 0o600, JoinEncryptionJWKFile: 0o644,
+		AdminCACertFile: 0o644, AdminCAKeyFile: 0o600,
 		OwnerCertFile: 0o644, OwnerKeyFile: 0o600,
 		BundleFile: 0o644,
 	}
@@ -95,7 +96,7 @@ func TestInitCertificates(t *testing.T) {
 			t.Errorf("serving certificate lasts until %v", leaf.NotAfter)
 		}
 	})
-	t.Run("the owner credential is a client certificate of the serving CA", func(t *testing.T) {
+	t.Run("the owner credential is a client certificate of the admin CA with role owner", func(t *testing.T) {
 		certs, err := ReadCerts(Path(dir, OwnerCertFile))
 		if err != nil {
 			t.Fatal(err)
@@ -114,7 +115,11 @@ func TestInitCertificates(t *testing.T) {
 		if !slices.Equal(owner.ExtKeyUsage, []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}) {
 			t.Errorf("ExtKeyUsage = %v", owner.ExtKeyUsage)
 		}
-		verify(t, owner, a.ServingCA, x509.ExtKeyUsageClientAuth, "")
+		verify(t, owner, a.AdminCA, x509.ExtKeyUsageClientAuth, "")
+		info, err := ParseAdminCert(owner, "example.test")
+		if err != nil || info.Name != OwnerName || info.Role != OwnerRole {
+			t.Errorf("ParseAdminCert(owner) = %+v, %v", info, err)
+		}
 	})
 	t.Run("the CAs chain to the root with the right path lengths", func(t *testing.T) {
 		if !a.NodeCA.IsCA || a.NodeCA.MaxPathLen != 0 || !a.NodeCA.MaxPathLenZero {
