@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
@@ -39,8 +40,9 @@ type Fleetd struct {
 	PendingPoll Duration `toml:"pending_poll"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `toml:"log_level"`
-	Store    Store  `toml:"store"`
-	TPM      TPM    `toml:"tpm"`
+	Store     Store     `toml:"store"`
+	TPM       TPM       `toml:"tpm"`
+	Inventory Inventory `toml:"inventory"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -57,6 +59,43 @@ type TPM struct {
 	EKIntermediates []string `toml:"ek_intermediates"`
 	// ChallengeTTL is how long a challenge round may be answered.
 	ChallengeTTL Duration `toml:"challenge_ttl"`
+}
+
+// Inventory configures the declared inventory and admission
+// (docs/inventory.md, docs/lifecycle.md).
+type Inventory struct {
+	// Required makes a join of any kind of a machine the inventory does
+	// not declare wait as a claim; false (the default) keeps undeclared
+	// token joins working.
+	Required bool `toml:"required"`
+	// AutoProvision lets a planned worker's first TPM join start its
+	// installation; never a control plane's.
+	AutoProvision bool `toml:"auto_provision"`
+	// Classes are the machine classes a declaration may name (default
+	// worker, control-plane, install-environment).
+	Classes []string `toml:"classes"`
+	// Source is where declarations come from: "fleetd" (the default;
+	// fleetd inventory apply) or "netbox".
+	Source string `toml:"source"`
+	// MaxClaims bounds the claims kept; the oldest go first (default
+	// 10000).
+	MaxClaims int    `toml:"max_claims"`
+	NetBox    NetBox `toml:"netbox"`
+}
+
+// NetBox is the NetBox inventory source.
+type NetBox struct {
+	// URL is NetBox's base URL (https://netbox.example.org).
+	URL string `toml:"url"`
+	// TokenFile holds the API token (mode 0600); never in this file.
+	TokenFile string `toml:"token_file"`
+	// DeclarerUser is the NetBox user whose changes alone make an EK
+	// binding honoured (the object-change log is read).
+	DeclarerUser string `toml:"declarer_user"`
+	// CAFile, when set, is the PEM CA that NetBox's certificate chains to.
+	CAFile string `toml:"ca_file"`
+	// Timeout bounds each NetBox call (default 10s).
+	Timeout Duration `toml:"timeout"`
 }
 
 // Store selects the control plane's store.
@@ -124,6 +163,18 @@ func (c *Fleetd) applyDefaults() {
 	if c.Store.Driver == "" {
 		c.Store.Driver = "sqlite"
 	}
+	if c.Inventory.Source == "" {
+		c.Inventory.Source = "fleetd"
+	}
+	if c.Inventory.Classes == nil {
+		c.Inventory.Classes = []string{"worker", "control-plane", "install-environment"}
+	}
+	if c.Inventory.MaxClaims == 0 {
+		c.Inventory.MaxClaims = 10000
+	}
+	if c.Inventory.NetBox.Timeout.Duration == 0 {
+		c.Inventory.NetBox.Timeout.Duration = 10 * time.Second
+	}
 	if c.Store.Path == "" && c.DataDir != "" {
 		c.Store.Path = filepath.Join(c.DataDir, "fleetd.db")
 	}
@@ -167,6 +218,56 @@ func (c *Fleetd) Validate() error {
 	}
 	if c.Store.Driver != "sqlite" {
 		return fmt.Errorf("store.driver: %q is not supported (use \"sqlite\")", c.Store.Driver)
+	}
+	return c.Inventory.validate()
+}
+
+func (inv *Inventory) validate() error {
+	if len(inv.Classes) == 0 {
+		return errors.New("inventory.classes: name at least one class")
+	}
+	for _, cl := range inv.Classes {
+		if err := validClass(cl); err != nil {
+			return fmt.Errorf("inventory.classes: %w", err)
+		}
+	}
+	if inv.MaxClaims < 1 {
+		return fmt.Errorf("inventory.max_claims: %d must be at least 1", inv.MaxClaims)
+	}
+	switch inv.Source {
+	case "fleetd":
+	case "netbox":
+		nb := inv.NetBox
+		switch {
+		case nb.URL == "":
+			return errors.New("inventory.netbox.url is required with source = \"netbox\"")
+		case nb.TokenFile == "":
+			return errors.New("inventory.netbox.token_file is required with source = \"netbox\" (a file holding the API token)")
+		case nb.DeclarerUser == "":
+			return errors.New("inventory.netbox.declarer_user is required with source = \"netbox\": the user whose EK bindings are honoured")
+		case nb.Timeout.Duration <= 0:
+			return errors.New("inventory.netbox.timeout must be positive")
+		}
+		if u, err := url.Parse(nb.URL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			return fmt.Errorf("inventory.netbox.url: %q is not an http(s) URL", nb.URL)
+		}
+	default:
+		return fmt.Errorf("inventory.source: %q is not \"fleetd\" or \"netbox\"", inv.Source)
+	}
+	return nil
+}
+
+// validClass checks a class name: a lower-case letter or digit first,
+// then letters, digits and '-', at most 63 characters.
+func validClass(s string) error {
+	if s == "" || len(s) > 63 {
+		return fmt.Errorf("class %q must be 1 to 63 characters", s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || i > 0 && c == '-') {
+			return fmt.Errorf("class %q: lower-case letters, digits and '-' only", s)
+		}
 	}
 	return nil
 }
