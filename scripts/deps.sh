@@ -27,3 +27,6 @@ fi
 ./scripts/swtpm-deps.sh || true
 
 go mod download
+# NetBox's OpenAPI schema, which the fake NetBox's tests check it against
+# (read from the module cache; no Go code imports the module).
+go mod download github.com/netbox-community/go-netbox/v4@v4.3.0

@@ -10,10 +10,13 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
+	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 	"github.com/nodetrust/nodetrust/pki"
@@ -55,6 +58,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	var source inventory.Source = inventory.StoreSource{Store: st}
+	if cfg.Inventory.Source == "netbox" {
+		if source, err = netboxSource(cfg); err != nil {
+			return err
+		}
+	}
 	srv, err := service.New(service.Config{
 		EKVerifier:       ekVerifier,
 		ChallengeTTL:     cfg.TPM.ChallengeTTL.Duration,
@@ -68,6 +77,12 @@ func Run(ctx context.Context, o Options) error {
 		RenewalWindow:    cfg.RenewalWindow.Duration,
 		RamdiskRoles:     cfg.RamdiskRoles,
 		PendingPoll:      cfg.PendingPoll.Duration,
+
+		Inventory:         source,
+		InventoryClasses:  cfg.Inventory.Classes,
+		InventoryRequired: cfg.Inventory.Required,
+		AutoProvision:     cfg.Inventory.AutoProvision,
+		MaxClaims:         cfg.Inventory.MaxClaims,
 	})
 	if err != nil {
 		return err
@@ -167,4 +182,25 @@ func certPool(cfg *config.Fleetd, setting string, files []string) (*x509.CertPoo
 		}
 	}
 	return pool, nil
+}
+
+// netboxSource is the NetBox inventory source of [inventory.netbox].
+func netboxSource(cfg *config.Fleetd) (inventory.Source, error) {
+	nb := cfg.Inventory.NetBox
+	token, err := os.ReadFile(cfg.Resolve(nb.TokenFile))
+	if err != nil {
+		return nil, fmt.Errorf("inventory.netbox.token_file: %w", err)
+	}
+	var roots *x509.CertPool
+	if nb.CAFile != "" {
+		if roots, err = certPool(cfg, "inventory.netbox.ca_file", []string{nb.CAFile}); err != nil {
+			return nil, err
+		}
+	}
+	src, err := netbox.New(netbox.Config{URL: nb.URL, Token: strings.TrimSpace(string(token)), DeclarerUser: nb.DeclarerUser,
+		RootCAs: roots, Timeout: nb.Timeout.Duration})
+	if err != nil {
+		return nil, fmt.Errorf("inventory.netbox: %w", err)
+	}
+	return src, nil
 }

@@ -98,14 +98,17 @@ var ErrSourceUnavailable = errors.New("the inventory source cannot answer")
 
 // CheckRejoin applies the state rules to a join of an existing node n
 // (docs/lifecycle.md): a quarantined or retired node never re-joins; a
-// node held to an EK re-joins only with that TPM; a token re-join needs a
-// token that allows reclaim.
-func CheckRejoin(n store.Node, attestor string, allowReclaim bool) *Refusal {
+// node held to an EK re-joins only with that TPM (ekPin is the EK a tpm
+// join proved); a token re-join needs a token that allows reclaim.
+func CheckRejoin(n store.Node, attestor, ekPin string, allowReclaim bool) *Refusal {
 	switch n.State {
 	case store.StateQuarantined:
 		return refuse(false, "", "node %s is quarantined: no re-join by token or TPM until fleetd nodes release %s", n.ID, n.ID)
 	case store.StateRetired:
 		return refuse(false, "", "node %s is retired: it comes back only declared again under a new name", n.ID)
+	}
+	if attestor == "tpm" && n.EKPin != "" && n.EKPin != ekPin {
+		return refuse(true, "", "a substitute TPM: node %s is held to EK %s, which fleetd proved; this machine proved EK %s", n.ID, n.EKPin, ekPin)
 	}
 	if attestor == "token" {
 		if n.EKPin != "" {
@@ -127,7 +130,7 @@ func (a *Admission) Decide(ctx context.Context, r Request) (Outcome, error) {
 		n, err := a.Store.NodeByEKPin(ctx, r.EKPin)
 		switch {
 		case err == nil && n.State != store.StateRetired:
-			if rf := CheckRejoin(n, "tpm", true); rf != nil {
+			if rf := CheckRejoin(n, "tpm", r.EKPin, true); rf != nil {
 				return Outcome{}, rf
 			}
 			if a.Required {
@@ -297,7 +300,7 @@ func (a *Admission) decideToken(r Request, d store.Declaration, n *store.Node, s
 	case store.StateProvisioning:
 		return Outcome{Kind: Declared, Decl: &d, Node: n, From: state, Why: "join token " + tok.ID}, nil
 	}
-	if rf := CheckRejoin(*n, "token", tok.AllowReclaim); rf != nil {
+	if rf := CheckRejoin(*n, "token", "", tok.AllowReclaim); rf != nil {
 		rf.Declared = d.Name
 		return Outcome{}, rf
 	}

@@ -182,8 +182,9 @@ func TestCheckRejoin(t *testing.T) {
 		{store.Node{ID: "n", State: store.StateRevoked}, "token", false, "does not allow reclaim"},
 		{store.Node{ID: "n", State: store.StateRevoked}, "token", true, ""},
 		{store.Node{ID: "n", State: store.StateRevoked, EKPin: ekA}, "tpm", false, ""},
+		{store.Node{ID: "n", State: store.StateActive, EKPin: ekB}, "tpm", false, "a substitute TPM"},
 	} {
-		rf := CheckRejoin(tt.node, tt.attestor, tt.reclaim)
+		rf := CheckRejoin(tt.node, tt.attestor, ekA, tt.reclaim)
 		switch {
 		case tt.want == "" && rf != nil:
 			t.Errorf("%+v by %s: refused %v", tt.node, tt.attestor, rf)
@@ -209,7 +210,7 @@ func TestManagerActionsCheckTheStateTheyLeave(t *testing.T) {
 	h := &hook{err: errors.New("spire down")}
 	var revoked []string
 	m := &Manager{Store: s, Source: inventory.StoreSource{Store: s}, TrustDomain: "example.test", Hooks: []RetireHook{h},
-		Revoked: func(id, _ string, _ uint64) { revoked = append(revoked, id) }, Now: func() time.Time { return t0 }}
+		Revoked: func(id, _ string, _ uint64) bool { revoked = append(revoked, id); return true }, Now: func() time.Time { return t0 }}
 	joinNode(t, s, "n1", "")
 
 	if _, err := m.Release(t.Context(), "n1", "admin:op", "oops", ""); err == nil || !strings.Contains(err.Error(), "node n1 is active: release needs state quarantined") {

@@ -33,8 +33,9 @@ type Manager struct {
 	TrustDomain string
 	Hooks       []RetireHook
 	// Revoked, when set, is told of a retirement's revocation so live
-	// sessions end (the service's session registry).
-	Revoked func(nodeID, reason string, generation uint64)
+	// sessions end (the service's session registry); it reports whether
+	// a live session was told.
+	Revoked func(nodeID, reason string, generation uint64) bool
 	Now     func() time.Time
 }
 
@@ -44,6 +45,8 @@ type Result struct {
 	Revoked []string
 	// HookErrors are the retirement hooks that failed.
 	HookErrors []error
+	// SessionNotified says a live session was ended by the revocation.
+	SessionNotified bool
 }
 
 // StateError is an action refused because of the node's state.
@@ -60,14 +63,14 @@ func (e *StateError) Error() string {
 // ErrUnknown is an action on a name that is neither a node nor declared.
 var ErrUnknown = errors.New("no such node or declared device")
 
+// ErrReason is a missing or malformed reason.
+var ErrReason = errors.New("a reason is required (--reason): one line of at most 256 bytes")
+
 // CheckReason checks an operator's reason: required, one line, bounded.
 func CheckReason(r string) (string, error) {
 	r = strings.TrimSpace(r)
-	switch {
-	case r == "":
-		return "", errors.New("a reason is required (--reason)")
-	case len(r) > 256 || strings.ContainsAny(r, "\n\r"):
-		return "", errors.New("the reason must be one line of at most 256 bytes")
+	if r == "" || len(r) > 256 || strings.ContainsAny(r, "\n\r") {
+		return "", ErrReason
 	}
 	return r, nil
 }
@@ -134,7 +137,7 @@ func (m *Manager) Do(ctx context.Context, t Transition, nodeID, actor, reason, r
 	}
 	res := Result{Node: n, Revoked: serials}
 	if t.Revoke && m.Revoked != nil {
-		m.Revoked(nodeID, reason, n.Generation)
+		res.SessionNotified = m.Revoked(nodeID, reason, n.Generation)
 	}
 	if t.To == store.StateRetired {
 		for _, h := range m.Hooks {

@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
+	"github.com/nodetrust/nodetrust/internal/fleetd/roles"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
@@ -33,43 +35,165 @@ type adminService struct {
 
 type adminKey struct{}
 
-// authorizeAdmin lets Admin calls through only with an admin client
-// certificate issued by the serving CA; other services pass untouched.
-func (s *Server) authorizeAdmin(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if !strings.HasPrefix(info.FullMethod, "/"+adminv1.Admin_ServiceDesc.ServiceName+"/") {
-		return h(ctx, req)
-	}
-	name, ok := s.adminFromPeer(ctx)
-	if !ok {
-		return nil, refused(codes.Unauthenticated, "admin calls need the admin client certificate from 'fleetd init' (admin/owner.crt)")
-	}
-	return h(context.WithValue(ctx, adminKey{}, name), req)
+// adminIdentity is the admin credential a call came with.
+type adminIdentity struct {
+	name   string
+	role   roles.Role
+	serial string
 }
 
-func (s *Server) adminFromPeer(ctx context.Context) (string, bool) {
+// adminActions says what each Admin method does, for the role check; a
+// method missing here is refused to everyone (TestEveryAdminMethodHasARule).
+var adminActions = map[string]func(req any) roles.Action{
+	"CreateToken":      fixed(roles.CreateToken),
+	"ListTokens":       fixed(roles.ReadFleet),
+	"ListNodes":        fixed(roles.ReadFleet),
+	"GetNode":          fixed(roles.ReadFleet),
+	"RevokeNode":       fixed(roles.Lifecycle),
+	"DeleteNode":       fixed(roles.Retire),
+	"ApproveNode":      fixed(roles.Lifecycle),
+	"ListPending":      fixed(roles.ReadFleet),
+	"CreateAdmin":      fixed(roles.ManageAdmins),
+	"ListAdmins":       fixed(roles.ReadAdmins),
+	"RevokeAdmin":      fixed(roles.ManageAdmins),
+	"ListDeclarations": fixed(roles.ReadInventory),
+	"ListChanges":      fixed(roles.ReadInventory),
+	"ListClaims":       fixed(roles.ReadFleet),
+	"NodeHistory":      fixed(roles.ReadFleet),
+	"ApplyInventory": func(req any) roles.Action {
+		if r, ok := req.(*adminv1.ApplyInventoryRequest); ok && r.DryRun {
+			return roles.ReadInventory
+		}
+		return roles.WriteInventory
+	},
+	"TransitionNode": func(req any) roles.Action {
+		if r, ok := req.(*adminv1.TransitionNodeRequest); ok {
+			if t, ok := transitionByName(r.Action); ok {
+				return t.Action
+			}
+		}
+		return roles.Lifecycle
+	},
+}
+
+func fixed(a roles.Action) func(any) roles.Action { return func(any) roles.Action { return a } }
+
+// authorizeAdmin lets Admin calls through only with a valid, unrevoked
+// admin credential whose role may do what the call does, and audits each
+// call with the credential's name; other services pass untouched.
+func (s *Server) authorizeAdmin(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	method, ok := strings.CutPrefix(info.FullMethod, "/"+adminv1.Admin_ServiceDesc.ServiceName+"/")
+	if !ok {
+		return h(ctx, req)
+	}
+	id, err := s.adminFromPeer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rule, ok := adminActions[method]
+	if !ok {
+		return nil, refused(codes.PermissionDenied, "Admin method %s has no role rule", method)
+	}
+	action := rule(req)
+	now := s.cfg.Now()
+	if !id.role.May(action) {
+		msg := roles.Refusal(id.name, id.role, action)
+		_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: "admin:" + id.name, Action: "admin.refused", Subject: method, Detail: msg})
+		s.metrics.adminCall(method, "refused")
+		s.log.WarnContext(ctx, "admin call refused", logkey.Admin, id.name, "role", string(id.role), "method", method)
+		return nil, refused(codes.PermissionDenied, "%s", msg)
+	}
+	resp, err := h(context.WithValue(ctx, adminKey{}, id), req)
+	outcome := codeOf(err).String()
+	s.metrics.adminCall(method, outcome)
+	_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: "admin:" + id.name, Action: "admin.call", Subject: method,
+		Detail: fmt.Sprintf("role %s: %s", id.role, outcome)})
+	return resp, err
+}
+
+// adminFromPeer finds the admin credential of the call's TLS connection:
+// a client certificate of the admin CA that names a credential and role,
+// or (from a PKI made before the admin CA) the serving CA's owner
+// credential, which has role owner. The credential must not be revoked; a
+// valid one fleetd has not recorded yet (the owner credential of fleetd
+// init) is recorded at its first call.
+func (s *Server) adminFromPeer(ctx context.Context) (adminIdentity, error) {
+	none := refused(codes.Unauthenticated, "admin calls need an admin credential: pki_dir/admin/owner.crt from fleetd init, or one from fleetd admin create (--credential DIR)")
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return "", false
+		return adminIdentity{}, none
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return "", false
+		return adminIdentity{}, none
 	}
+	a := s.cfg.Authority
 	for _, chain := range ti.State.VerifiedChains {
-		if len(chain) < 2 || !chain[1].Equal(s.cfg.Authority.ServingCA) {
+		if len(chain) < 2 {
 			continue
 		}
-		if name, ok := pki.AdminIdentity(chain[0], s.cfg.Authority.TrustDomain); ok {
-			return name, true
+		var id adminIdentity
+		switch {
+		case a.AdminCA != nil && chain[1].Equal(a.AdminCA):
+			info, err := pki.ParseAdminCert(chain[0], a.TrustDomain)
+			if err != nil {
+				return adminIdentity{}, refused(codes.Unauthenticated, "admin credential: %v", err)
+			}
+			r, err := roles.Parse(info.Role)
+			if err != nil {
+				return adminIdentity{}, refused(codes.Unauthenticated, "admin credential %s: %v", info.Name, err)
+			}
+			id = adminIdentity{name: info.Name, role: r}
+		case chain[1].Equal(a.ServingCA):
+			name, ok := pki.AdminIdentity(chain[0], a.TrustDomain)
+			if !ok {
+				continue
+			}
+			// The owner credential of a PKI made before the admin CA.
+			id = adminIdentity{name: name, role: roles.Owner}
+		default:
+			continue
 		}
+		id.serial = serialHex(chain[0])
+		return id, s.checkAdminRecord(ctx, id, chain[0].NotAfter)
 	}
-	return "", false
+	return adminIdentity{}, none
 }
 
-func adminName(ctx context.Context) string {
-	n, _ := ctx.Value(adminKey{}).(string)
-	return n
+// checkAdminRecord refuses a revoked credential, or one whose record names
+// another name or role, and records one seen for the first time.
+func (s *Server) checkAdminRecord(ctx context.Context, id adminIdentity, notAfter time.Time) error {
+	rec, err := s.cfg.Store.GetAdmin(ctx, id.serial)
+	if errors.Is(err, store.ErrNotFound) {
+		now := s.cfg.Now()
+		rec = store.AdminCred{Serial: id.serial, Name: id.name, Role: string(id.role), CreatedBy: "fleetd (first seen)", CreatedAt: now, NotAfter: notAfter}
+		err = s.cfg.Store.CreateAdmin(ctx, rec, &store.AuditEvent{Time: now, Actor: "fleetd", Action: "admin.recorded", Subject: "admin:" + id.name,
+			Detail: fmt.Sprintf("credential %s with role %s seen for the first time", id.serial, id.role)})
+		if errors.Is(err, store.ErrConflict) {
+			rec, err = s.cfg.Store.GetAdmin(ctx, id.serial)
+			if errors.Is(err, store.ErrNotFound) {
+				return refused(codes.Unauthenticated, "admin credential %s: another unrevoked credential named %s exists; revoke it (fleetd admin revoke %s) or use it", id.serial, id.name, id.name)
+			}
+		}
+	}
+	if err != nil {
+		return storeFailure("check the admin credential", err)
+	}
+	switch {
+	case !rec.RevokedAt.IsZero():
+		return refused(codes.Unauthenticated, "admin credential %s (%s) was revoked at %s by %s", id.name, id.serial, rec.RevokedAt.UTC().Format(time.RFC3339), rec.RevokedBy)
+	case rec.Name != id.name || rec.Role != string(id.role):
+		return refused(codes.Unauthenticated, "admin credential %s names %s with role %s, its record %s with role %s", id.serial, id.name, id.role, rec.Name, rec.Role)
+	}
+	return nil
 }
+
+func adminOf(ctx context.Context) adminIdentity {
+	id, _ := ctx.Value(adminKey{}).(adminIdentity)
+	return id
+}
+
+func adminName(ctx context.Context) string { return adminOf(ctx).name }
 
 func (a *adminService) CreateToken(ctx context.Context, req *adminv1.CreateTokenRequest) (*adminv1.CreateTokenResponse, error) {
 	s := a.s
@@ -184,6 +308,7 @@ func nodeInfo(n store.Node) *adminv1.Node {
 		ProductUuid: n.Claims.ProductUUID, Serials: n.Claims.Serials, Macs: n.Claims.MACs,
 		GpuUuids: n.Claims.GPUUUIDs, DaemonVersion: n.DaemonVersion, JoinedUnix: unix(n.JoinedAt),
 		LastSeenUnix: unix(n.LastSeen), CertSerial: n.CertSerial, CertNotAfterUnix: unix(n.CertNotAfter),
+		Class: n.Class, EkPin: n.EKPin,
 	}
 }
 
@@ -217,12 +342,9 @@ func (a *adminService) DeleteNode(ctx context.Context, req *adminv1.DeleteNodeRe
 
 // revokeReason checks an operator's reason: required, one line, bounded.
 func revokeReason(r string) (string, error) {
-	r = strings.TrimSpace(r)
-	switch {
-	case r == "":
-		return "", refused(codes.InvalidArgument, "a revocation needs a reason (--reason)")
-	case len(r) > 256 || strings.ContainsAny(r, "\n\r"):
-		return "", refused(codes.InvalidArgument, "the reason must be one line of at most 256 bytes")
+	r, err := lifecycle.CheckReason(r)
+	if err != nil {
+		return "", refused(codes.InvalidArgument, "%v", err)
 	}
 	return r, nil
 }

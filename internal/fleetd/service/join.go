@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
@@ -187,14 +188,11 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 		asked = pending.NodeID
 	}
 
-	nodeID, reclaim, gen, err := j.chooseNode(ctx, tok, asked, claims)
+	pl, err := j.place(ctx, lifecycle.Request{Attestor: "token", Token: &o.tok, Claims: claims, AskedNodeID: asked}, o)
 	if err != nil {
-		var r *refusal
-		if errors.As(err, &r) {
-			return nil, o.deny("%s", r.reason)
-		}
 		return nil, err
 	}
+	nodeID := pl.nodeID
 
 	if tok.RequireApproval {
 		if pending.ID == "" {
@@ -220,21 +218,131 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 		}
 	}
 	return j.issue(ctx, issuance{
-		token: o, pendingID: pending.ID, nodeID: nodeID, reclaim: reclaim, gen: gen,
-		role: tok.Role, site: tok.Site, attestor: "token", claims: claims,
+		token: o, pendingID: pending.ID, placement: pl, attestor: "token", claims: claims,
 		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
 	})
 }
 
-// issuance is everything a successful join decided.
-type issuance struct {
-	token      *openedToken // nil for a tpm join of a known EK
-	pendingID  string
+// placement is where a join lands: the node it makes or re-joins, on the
+// lifecycle's terms.
+type placement struct {
 	nodeID     string
 	reclaim    bool
 	gen        uint64
 	role, site string
-	attestor   string
+	class      string
+	// expectState and expectGen, when expectState is set, are the state
+	// and generation the replaced node must still have when the join is
+	// written.
+	expectState string
+	expectGen   uint64
+	// from is the state the node leaves ("" for a new node); history are
+	// the changes before the join's own.
+	from    string
+	history []store.StateChange
+	why     string
+	// claimKey names the claim the join settles.
+	claimKey string
+}
+
+// place decides, with the lifecycle's admission rules, which node a join
+// makes or re-joins. A refusal that leaves the machine waiting is recorded
+// as a claim. o is the token that opened, or nil.
+func (j *joinService) place(ctx context.Context, r lifecycle.Request, o *openedToken) (placement, error) {
+	s := j.s
+	deny := func(reason string) error {
+		if o != nil {
+			return o.deny("%s", reason)
+		}
+		return refuse("%s", reason)
+	}
+	out, err := s.admission.Decide(ctx, r)
+	if err != nil {
+		var rf *lifecycle.Refusal
+		switch {
+		case errors.As(err, &rf):
+			if rf.Claim {
+				j.recordClaim(ctx, r, rf.Reason, rf.Declared)
+			}
+			return placement{}, deny(rf.Reason)
+		case errors.Is(err, lifecycle.ErrSourceUnavailable):
+			return placement{}, deny(err.Error())
+		}
+		return placement{}, err
+	}
+	p := placement{from: out.From, history: out.History, why: out.Why, claimKey: lifecycle.ClaimKey(r.EKPin, r.Claims)}
+	switch out.Kind {
+	case lifecycle.Declared:
+		d := out.Decl
+		p.nodeID, p.role, p.site, p.class = d.Name, lifecycle.DeclaredRole(*d), d.Site, d.Class
+		if p.site == "" && r.Token != nil {
+			p.site = r.Token.Site
+		}
+		if n := out.Node; n != nil {
+			p.reclaim, p.gen, p.expectState, p.expectGen = true, n.Generation+1, n.State, n.Generation
+		} else if p.gen, err = s.cfg.Store.NextGeneration(ctx, d.Name); err != nil {
+			return placement{}, fmt.Errorf("next generation of node %s: %w", d.Name, err)
+		}
+		return p, nil
+	case lifecycle.Known:
+		n := out.Node
+		p.nodeID, p.reclaim, p.gen, p.role, p.site, p.class = n.ID, true, n.Generation+1, n.Role, n.Site, n.Class
+		p.expectState, p.expectGen = n.State, n.Generation
+		if r.Attestor == "token" {
+			p.role, p.site = r.Token.Role, r.Token.Site
+		}
+		return p, nil
+	}
+	if r.Token == nil {
+		reason := fmt.Sprintf("EK %s belongs to no node, and the join carries no token", r.EKPin)
+		j.recordClaim(ctx, r, reason, "")
+		return placement{}, deny(reason)
+	}
+	id, reclaim, gen, old, err := j.chooseNode(ctx, *r.Token, r.AskedNodeID, r.Claims)
+	if err != nil {
+		var rf *refusal
+		if errors.As(err, &rf) {
+			return placement{}, deny(rf.reason)
+		}
+		return placement{}, err
+	}
+	p.nodeID, p.reclaim, p.gen, p.role, p.site, p.why = id, reclaim, gen, r.Token.Role, r.Token.Site, "join token "+r.Token.ID
+	if old != nil {
+		if rf := lifecycle.CheckRejoin(*old, r.Attestor, r.EKPin, r.Token.AllowReclaim); rf != nil {
+			if rf.Claim {
+				j.recordClaim(ctx, r, rf.Reason, "")
+			}
+			return placement{}, deny(rf.Reason)
+		}
+		p.class, p.from, p.expectState, p.expectGen = old.Class, old.State, old.State, old.Generation
+	}
+	return p, nil
+}
+
+// recordClaim keeps a machine that was not admitted as a claim (fleetd
+// claims list): capped fields, first and last seen, count. Only requests
+// that proved a token or a TPM get here, so hostile traffic writes none.
+func (j *joinService) recordClaim(ctx context.Context, r lifecycle.Request, reason, declared string) {
+	s := j.s
+	key := lifecycle.ClaimKey(r.EKPin, r.Claims)
+	if key == "" {
+		return
+	}
+	c := store.Claim{Key: capClaim(key), Attestor: r.Attestor, EKPin: r.EKPin, ProductUUID: r.Claims.ProductUUID, Serials: r.Claims.Serials,
+		MACs: r.Claims.MACs, Hostname: r.Claims.Hostname, Peer: capClaim(peerAddr(ctx)), Reason: capClaim(reason), Declared: declared, LastSeen: s.cfg.Now()}
+	if err := s.cfg.Store.RecordClaim(ctx, c, s.cfg.MaxClaims); err != nil {
+		s.log.ErrorContext(ctx, "record claim", logkey.Error, err)
+		return
+	}
+	s.metrics.claim(r.Attestor)
+}
+
+// issuance is everything a successful join decided.
+type issuance struct {
+	token     *openedToken // nil for a tpm join without a token
+	pendingID string
+	placement
+	attestor string
 	claims     store.Claims
 	ekPin      string
 	akName     []byte
@@ -268,6 +376,25 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	if in.token != nil {
 		actor, tokenHash = "token:"+in.token.tok.ID, in.token.hash
 	}
+	ekPin := in.ekPin
+	if ekPin == "" && in.expectState != "" {
+		// A token re-join keeps the EK fleetd proved, if any.
+		if old, err := s.cfg.Store.GetNode(ctx, in.nodeID); err == nil {
+			ekPin = old.EKPin
+		}
+	}
+	var history []store.StateChange
+	for _, h := range in.history {
+		h.Time = now
+		history = append(history, h)
+	}
+	if from := in.from; from != store.StateActive {
+		if len(in.history) > 0 {
+			from = in.history[len(in.history)-1].To
+		}
+		history = append(history, store.StateChange{Time: now, NodeID: in.nodeID, From: from, To: store.StateActive, Actor: actor,
+			Reason: fmt.Sprintf("join by %s (%s)", in.attestor, in.why)})
+	}
 	err = s.cfg.Store.CompleteJoin(ctx, store.Join{
 		TokenHash: tokenHash,
 		PendingID: in.pendingID,
@@ -277,11 +404,15 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 			ID: in.nodeID, SPIFFEID: pki.NodeSPIFFEID(s.cfg.Authority.TrustDomain, in.nodeID), Role: in.role, Site: in.site,
 			State: store.StateActive, Generation: in.gen, Attestor: in.attestor,
 			Claims: in.claims, DaemonVersion: capClaim(in.daemonVersion),
-			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter, EKPin: in.ekPin,
+			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter, EKPin: ekPin, Class: in.class,
 		},
 		Cert: store.Cert{Serial: serial, NodeID: in.nodeID, Generation: in.gen, Kind: "join", IssuedAt: now, NotAfter: leaf.NotAfter},
 		Audit: &store.AuditEvent{Time: now, Actor: actor, Action: "join", Subject: in.nodeID,
-			Detail: fmt.Sprintf("attestor %s serial %s generation %d reclaim %t", in.attestor, serial, in.gen, in.reclaim)},
+			Detail: fmt.Sprintf("attestor %s serial %s generation %d reclaim %t from %q: %s", in.attestor, serial, in.gen, in.reclaim, in.from, in.why)},
+		ExpectState:      in.expectState,
+		ExpectGeneration: in.expectGen,
+		History:          history,
+		ClaimKey:         in.claimKey,
 	})
 	if errors.Is(err, store.ErrConflict) {
 		if in.token != nil {
@@ -304,13 +435,15 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 // chooseNode decides which node a token join makes or reclaims, following
 // the reclaim rules: a machine the control plane already knows (same
 // product UUID or serial) needs a token that allows reclaim.
-func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked string, claims store.Claims) (id string, reclaim bool, gen uint64, err error) {
+// It returns the node a reclaim replaces (nil for a new node); the
+// lifecycle's state rules (lifecycle.CheckRejoin) are the caller's.
+func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked string, claims store.Claims) (id string, reclaim bool, gen uint64, old *store.Node, err error) {
 	st := j.s.cfg.Store
 	var known []store.Node
 	if claims.ProductUUID != "" || len(claims.Serials) > 0 {
 		known, err = st.NodesByClaims(ctx, claims.ProductUUID, claims.Serials)
 		if err != nil {
-			return "", false, 0, fmt.Errorf("look up nodes by claims: %w", err)
+			return "", false, 0, nil, fmt.Errorf("look up nodes by claims: %w", err)
 		}
 	}
 	want := tok.NodeID
@@ -319,13 +452,10 @@ func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked str
 	}
 	if len(known) > 0 {
 		old := known[0]
-		if !tok.AllowReclaim {
-			return "", false, 0, refuse("machine is already known as node %s (same product UUID or serial); the token does not allow reclaim", old.ID)
-		}
 		if want != "" && want != old.ID {
-			return "", false, 0, refuse("machine is known as node %s, the join asks for node %s", old.ID, want)
+			return "", false, 0, nil, refuse("machine is known as node %s, the join asks for node %s", old.ID, want)
 		}
-		return old.ID, true, old.Generation + 1, nil
+		return old.ID, true, old.Generation + 1, &old, nil
 	}
 	if want != "" {
 		old, err := st.GetNode(ctx, want)
@@ -333,18 +463,18 @@ func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked str
 		case errors.Is(err, store.ErrNotFound):
 			return j.newNode(ctx, want)
 		case err != nil:
-			return "", false, 0, fmt.Errorf("look up node %s: %w", want, err)
+			return "", false, 0, nil, fmt.Errorf("look up node %s: %w", want, err)
 		case tok.AllowReclaim && tok.NodeID == want:
-			return want, true, old.Generation + 1, nil
+			return want, true, old.Generation + 1, &old, nil
 		default:
-			return "", false, 0, refuse("node id %s is taken by another machine", want)
+			return "", false, 0, nil, refuse("node id %s is taken by another machine", want)
 		}
 	}
 	base := nodeIDFromHostname(claims.Hostname)
 	if _, err := st.GetNode(ctx, base); errors.Is(err, store.ErrNotFound) {
 		return j.newNode(ctx, base)
 	} else if err != nil {
-		return "", false, 0, fmt.Errorf("look up node %s: %w", base, err)
+		return "", false, 0, nil, fmt.Errorf("look up node %s: %w", base, err)
 	}
 	return j.newNode(ctx, base+"-"+randomHex(3))
 }
@@ -352,12 +482,12 @@ func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked str
 // newNode is chooseNode's answer for a new node id: its generation starts
 // above any the id had before, a deleted node's included, so that the old
 // certificates stay dead.
-func (j *joinService) newNode(ctx context.Context, id string) (string, bool, uint64, error) {
+func (j *joinService) newNode(ctx context.Context, id string) (string, bool, uint64, *store.Node, error) {
 	gen, err := j.s.cfg.Store.NextGeneration(ctx, id)
 	if err != nil {
-		return "", false, 0, fmt.Errorf("next generation of node %s: %w", id, err)
+		return "", false, 0, nil, fmt.Errorf("next generation of node %s: %w", id, err)
 	}
-	return id, false, gen, nil
+	return id, false, gen, nil, nil
 }
 
 func (s *Server) signResult(csrHash []byte, leaf *x509.Certificate, nodeID, role, site string, gen uint64) (*joinv1.SignedJoinResult, error) {

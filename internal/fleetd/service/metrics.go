@@ -18,6 +18,9 @@ type metrics struct {
 	joins       *prometheus.CounterVec
 	renewals    *prometheus.CounterVec
 	revocations *prometheus.CounterVec
+	adminCalls  *prometheus.CounterVec
+	claims      *prometheus.CounterVec
+	transitions *prometheus.CounterVec
 }
 
 func newMetrics(s *Server) *metrics {
@@ -35,8 +38,20 @@ func newMetrics(s *Server) *metrics {
 			Name: "nodetrust_revocations_total",
 			Help: "Node revocations by cause (revoke, delete, clone).",
 		}, []string{"cause"}),
+		adminCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_admin_calls_total",
+			Help: "Admin calls by method and outcome (refused: the role may not; else the gRPC code name).",
+		}, []string{"method", "outcome"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_join_claims_total",
+			Help: "Joins kept as claims (not admitted) by attestor.",
+		}, []string{"attestor"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_lifecycle_transitions_total",
+			Help: "Lifecycle actions carried out (provision, quarantine, release, retire).",
+		}, []string{"action"}),
 	}
-	m.reg.MustRegister(m.joins, m.renewals, m.revocations,
+	m.reg.MustRegister(m.joins, m.renewals, m.revocations, m.adminCalls, m.claims, m.transitions,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nodetrust_live_sessions",
 			Help: "Node sessions held open on this server.",
@@ -64,6 +79,14 @@ func (m *metrics) join(attestor, outcome string) {
 func (m *metrics) renewal(c codes.Code) { m.renewals.WithLabelValues(c.String()).Inc() }
 
 func (m *metrics) revocation(cause string) { m.revocations.WithLabelValues(cause).Inc() }
+
+func (m *metrics) adminCall(method, outcome string) {
+	m.adminCalls.WithLabelValues(method, outcome).Inc()
+}
+
+func (m *metrics) claim(attestor string) { m.claims.WithLabelValues(knownAttestor(attestor)).Inc() }
+
+func (m *metrics) transition(action string) { m.transitions.WithLabelValues(action).Inc() }
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

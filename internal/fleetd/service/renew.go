@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
@@ -66,6 +67,9 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	}
 	if cur.node.ID != caller.node.ID {
 		return nil, refused(codes.PermissionDenied, "the certificate renewed is node %s's, the caller is node %s", cur.node.ID, caller.node.ID)
+	}
+	if !lifecycle.May(cur.node.State, lifecycle.Renew) {
+		return nil, notRenewing(cur.node)
 	}
 	if skew := now.Sub(time.Unix(0, req.ClientTimeUnixNano)); skew > maxClockSkew || skew < -maxClockSkew {
 		return nil, refused(codes.InvalidArgument, "client time is %s from the control plane's; synchronise the clock", skew.Round(time.Second))
@@ -124,6 +128,12 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	serial := serialHex(next)
 	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, nil)
 	if errors.Is(err, store.ErrConflict) {
+		// The node changed since this session read it: quarantined (the
+		// certificate stays good, the renewal waits for a release) or
+		// revoked, retired or re-joined (the certificate is dead).
+		if n, gerr := s.cfg.Store.GetNode(ctx, cur.node.ID); gerr == nil && n.Generation == cur.node.Generation && n.State == store.StateQuarantined {
+			return nil, notRenewing(n)
+		}
 		return nil, refused(codes.Unauthenticated, "node %s was revoked during the renewal", cur.node.ID)
 	}
 	if err != nil {
@@ -174,6 +184,16 @@ func (s *Server) currentLeaf(caller *authedNode, chain [][]byte, now time.Time) 
 		return nil, refused(codes.Unauthenticated, "the current certificate is not valid now (expired certificates cannot renew: join again)")
 	}
 	return leaf, nil
+}
+
+// notRenewing is the refusal of a renewal by a node whose state does not
+// renew (docs/lifecycle.md): a quarantined node keeps its certificate and
+// tries again later.
+func notRenewing(n store.Node) error {
+	if n.State == store.StateQuarantined {
+		return refused(codes.FailedPrecondition, "node %s is quarantined: renewal refused until fleetd nodes release %s", n.ID, n.ID)
+	}
+	return refused(codes.Unauthenticated, "node %s is %s and does not renew", n.ID, n.State)
 }
 
 // lifetimeFor caps ramdisk nodes' certificates at two hours.

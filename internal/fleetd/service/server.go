@@ -18,6 +18,8 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/pki"
 )
@@ -52,6 +54,21 @@ type Config struct {
 	// ProbeTimeout is how long an older session of a node may take to
 	// answer a probe before a new process's session replaces it.
 	ProbeTimeout time.Duration
+	// Inventory is where declarations come from; default the store's
+	// (fleetd inventory apply).
+	Inventory inventory.Source
+	// InventoryClasses are the classes a declaration may name (default
+	// lifecycle.DefaultClasses).
+	InventoryClasses []string
+	// InventoryRequired makes every join of an undeclared machine wait as
+	// a claim; AutoProvision lets a planned worker's first TPM join start
+	// its installation.
+	InventoryRequired bool
+	AutoProvision     bool
+	// MaxClaims bounds the claims kept (default 10000).
+	MaxClaims int
+	// RetireHooks run after each retirement.
+	RetireHooks []lifecycle.RetireHook
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -65,6 +82,8 @@ type Server struct {
 	log        *slog.Logger
 	wellKnown  []byte
 	clientCAs  *x509.CertPool
+	admission  *lifecycle.Admission
+	lifecycle  *lifecycle.Manager
 }
 
 // New checks cfg and builds a Server.
@@ -105,6 +124,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Inventory == nil {
+		cfg.Inventory = inventory.StoreSource{Store: cfg.Store}
+	}
+	if cfg.InventoryClasses == nil {
+		cfg.InventoryClasses = lifecycle.DefaultClasses
+	}
+	if cfg.MaxClaims <= 0 {
+		cfg.MaxClaims = 10000
+	}
 	doc, err := WellKnownDocument(cfg.Authority)
 	if err != nil {
 		return nil, err
@@ -112,13 +140,27 @@ func New(cfg Config) (*Server, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(cfg.Authority.ServingCA)
 	pool.AddCert(cfg.Authority.NodeCA)
+	if cfg.Authority.AdminCA != nil {
+		pool.AddCert(cfg.Authority.AdminCA)
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions()}
 	s.metrics = newMetrics(s)
+	s.admission = &lifecycle.Admission{Store: cfg.Store, Source: cfg.Inventory, Required: cfg.InventoryRequired, AutoProvision: cfg.AutoProvision}
+	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, Now: cfg.Now,
+		Revoked: func(nodeID, reason string, gen uint64) bool {
+			s.metrics.revocation("retire")
+			return s.sessions.notify(nodeID, &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen})
+		}}
 	return s, nil
 }
 
+// Lifecycle is the server's lifecycle manager: other parts of fleetd (the
+// boot-policy checks) quarantine and release nodes through it, so their
+// changes are audited and reach live sessions like an admin's.
+func (s *Server) Lifecycle() *lifecycle.Manager { return s.lifecycle }
+
 // TLSConfig is the serving TLS configuration: the serving certificate, and
-// client certificates verified when given (admins chain to the serving CA,
+// client certificates verified when given (admins chain to the admin CA,
 // nodes to the node CA; each service checks which it needs).
 func (s *Server) TLSConfig() *tls.Config {
 	cert := s.cfg.Authority.ServingCert

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 )
@@ -108,37 +109,26 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 	}
 
 	claims := claimsFrom(req.Claims)
-	akName := ch.akName
-	if ch.known != nil {
-		// The same EK reclaims its node, keeping its role and site.
-		n := ch.known
-		return j.issue(ctx, issuance{
-			nodeID: n.ID, reclaim: true, gen: n.Generation + 1, role: n.Role, site: n.Site,
-			attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: akName,
-			csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
-		})
-	}
-	if len(req.SealedToken) == 0 {
-		return nil, refuse("EK %s belongs to no node, and the join carries no token", ch.ekPin)
-	}
-	o, err := j.openToken(ctx, req, csrHash)
-	if err != nil {
-		return nil, err
-	}
-	if o.tok.RequireApproval {
-		return nil, o.deny("tokens that require approval are not taken by the tpm attestor")
-	}
-	nodeID, reclaim, gen, err := j.chooseNode(ctx, o.tok, req.NodeId, claims)
-	if err != nil {
-		var r *refusal
-		if errors.As(err, &r) {
-			return nil, o.deny("%s", r.reason)
+	var o *openedToken
+	if len(req.SealedToken) > 0 && (ch.known == nil || ch.known.State == store.StateRetired) {
+		var err error
+		if o, err = j.openToken(ctx, req, csrHash); err != nil {
+			return nil, err
 		}
+		if o.tok.RequireApproval {
+			return nil, o.deny("tokens that require approval are not taken by the tpm attestor")
+		}
+	}
+	r := lifecycle.Request{Attestor: "tpm", EKPin: ch.ekPin, Claims: claims, AskedNodeID: req.NodeId}
+	if o != nil {
+		r.Token = &o.tok
+	}
+	pl, err := j.place(ctx, r, o)
+	if err != nil {
 		return nil, err
 	}
 	return j.issue(ctx, issuance{
-		token: o, nodeID: nodeID, reclaim: reclaim, gen: gen, role: o.tok.Role, site: o.tok.Site,
-		attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: akName,
+		token: o, placement: pl, attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: ch.akName,
 		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
 	})
 }
@@ -181,7 +171,15 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 			}
 		}
 		if why != "" {
-			return nil, refuse("unknown EK %s: not pinned for any node, and its certificate is not trusted (%s)", ekPin, why)
+			// An EK a declaration binds is known too; whether its binding
+			// is honoured is decided after the TPM proved it.
+			bound, err := s.cfg.Inventory.ByEKPin(ctx, ekPin)
+			if err != nil {
+				return nil, refuse("unknown EK %s, and the inventory source cannot answer: %v", ekPin, err)
+			}
+			if len(bound) == 0 {
+				return nil, refuse("unknown EK %s: not pinned for any node or declaration, and its certificate is not trusted (%s)", ekPin, why)
+			}
 		}
 	}
 	keyPub, err := attest.VerifyCertify(ev.AkPublic, ev.CertifyAttest, ev.CertifySignature, ev.NodeKeyPublic, csrHash)
