@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,17 +16,29 @@ func initCommand() *cobra.Command {
 	var (
 		dir, td, name, kem string
 		ips                []string
+		addAdminCA         bool
 	)
 	c := &cobra.Command{
 		Use:   "init --dir D --trust-domain T --server-name N",
 		Short: "Create the control plane's PKI: CAs, serving certificate, join keys, owner credential",
 		Long: `init writes, into --dir: a root CA, a node-issuing CA, a serving CA and serving
 certificate, the JoinService signing key, the join encryption key (and its public
-half as join-encryption.jwk), an owner admin credential (admin/), and
-pki-bundle.json with the three pins an install script gives to nodes.
+half as join-encryption.jwk), an admin CA and the owner admin credential it
+issues (admin/, role owner), and pki-bundle.json with the three pins an install
+script gives to nodes.
 Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if addAdminCA {
+				if dir == "" {
+					return cli.Usagef("init --add-admin-ca needs --dir")
+				}
+				if err := pki.AddAdminCA(dir, time.Time{}); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "admin CA added to %s; restart fleetd, then fleetd admin create makes credentials (the owner credential in admin/ keeps working)\n", dir)
+				return nil
+			}
 			if dir == "" || td == "" || name == "" {
 				return cli.Usagef("init needs --dir, --trust-domain and --server-name")
 			}
@@ -56,5 +69,6 @@ Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything.`
 	c.Flags().StringVar(&name, "server-name", "", "DNS name nodes use to reach fleetd (in the serving certificate)")
 	c.Flags().StringSliceVar(&ips, "server-ip", nil, "IP addresses for the serving certificate (default 127.0.0.1 and ::1)")
 	c.Flags().StringVar(&kem, "kem", pki.KEMP256, "join encryption KEM: p256, or mlkem768-p256 (post-quantum hybrid)")
+	c.Flags().BoolVar(&addAdminCA, "add-admin-ca", false, "add the admin CA to a --dir made before it existed (needs root-ca.key there)")
 	return c
 }

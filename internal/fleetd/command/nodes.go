@@ -12,8 +12,9 @@ import (
 )
 
 func nodesCommand() *cobra.Command {
-	c := &cobra.Command{Use: "nodes", Aliases: []string{"node"}, Short: "List and show nodes"}
-	c.AddCommand(nodesListCommand(), nodesShowCommand(), nodesRevokeCommand(), nodesDeleteCommand(), nodesApproveCommand(), nodesPendingCommand())
+	c := &cobra.Command{Use: "nodes", Aliases: []string{"node"}, Short: "List and show nodes, and change their lifecycle state"}
+	c.AddCommand(nodesListCommand(), nodesShowCommand(), nodesRevokeCommand(), nodesDeleteCommand(), nodesApproveCommand(), nodesPendingCommand(), nodesHistoryCommand())
+	c.AddCommand(transitionCommands()...)
 	return c
 }
 
@@ -37,9 +38,9 @@ func nodesListCommand() *cobra.Command {
 				return printJSON(cmd.OutOrStdout(), append([]*adminv1.Node{}, resp.Nodes...))
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NODE\tROLE\tSITE\tSTATE\tGEN\tHOSTNAME\tCERT EXPIRES")
+			fmt.Fprintln(tw, "NODE\tCLASS\tROLE\tSITE\tSTATE\tGEN\tHOSTNAME\tCERT EXPIRES")
 			for _, n := range resp.Nodes {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.Id, n.Role, orDash(n.Site), n.State, n.IdentityGeneration, orDash(n.Hostname), timeOrDash(n.CertNotAfterUnix))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", n.Id, orDash(n.Class), n.Role, orDash(n.Site), n.State, n.IdentityGeneration, orDash(n.Hostname), timeOrDash(n.CertNotAfterUnix))
 			}
 			return tw.Flush()
 		},
@@ -70,13 +71,13 @@ func nodesShowCommand() *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			for _, kv := range [][2]string{
-				{"node", n.Id}, {"spiffe id", n.SpiffeId}, {"role", n.Role}, {"site", orDash(n.Site)},
+				{"node", n.Id}, {"spiffe id", n.SpiffeId}, {"class", orDash(n.Class)}, {"role", n.Role}, {"site", orDash(n.Site)},
 				{"state", n.State}, {"generation", fmt.Sprint(n.IdentityGeneration)}, {"attestor", n.Attestor},
 				{"hostname", orDash(n.Hostname)}, {"product uuid", orDash(n.ProductUuid)},
 				{"serials", orDash(strings.Join(n.Serials, ", "))}, {"macs", orDash(strings.Join(n.Macs, ", "))},
 				{"gpus", orDash(strings.Join(n.GpuUuids, ", "))}, {"daemon version", orDash(n.DaemonVersion)},
 				{"joined", timeOrDash(n.JoinedUnix)}, {"last seen", timeOrDash(n.LastSeenUnix)},
-				{"certificate", orDash(n.CertSerial)}, {"cert expires", timeOrDash(n.CertNotAfterUnix)},
+				{"certificate", orDash(n.CertSerial)}, {"cert expires", timeOrDash(n.CertNotAfterUnix)}, {"ek pin", orDash(n.EkPin)},
 			} {
 				fmt.Fprintf(w, "%-15s %s\n", kv[0]+":", kv[1])
 			}
@@ -97,8 +98,9 @@ func nodesRevokeCommand() *cobra.Command {
 		Short: "Revoke a node's certificates and end its live session",
 		Long: `revoke raises the node's identity generation and revokes its certificates; its
 live session gets a RevocationNotice and bcd node exits. The machine comes back
-only by joining again (bcd join --reset --yes, then bcd join with a token made
-with --allow-reclaim).`,
+only with fresh evidence: after bcd join --reset --yes, a token made with
+--allow-reclaim (a node without a proven EK), or its TPM (bcd join --attestor
+tpm: the same EK, a fresh attestation). A quarantined or retired node stays so.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reason == "" {

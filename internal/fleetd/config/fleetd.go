@@ -39,7 +39,7 @@ type Fleetd struct {
 	// PendingPoll is how often a node waiting for approval polls.
 	PendingPoll Duration `toml:"pending_poll"`
 	// LogLevel is debug, info, warn or error.
-	LogLevel string `toml:"log_level"`
+	LogLevel  string    `toml:"log_level"`
 	Store     Store     `toml:"store"`
 	TPM       TPM       `toml:"tpm"`
 	Inventory Inventory `toml:"inventory"`

@@ -343,11 +343,11 @@ type issuance struct {
 	pendingID string
 	placement
 	attestor string
-	claims     store.Claims
-	ekPin      string
-	akName     []byte
-	csr        *x509.CertificateRequest
-	csrHash    []byte
+	claims   store.Claims
+	ekPin    string
+	akName   []byte
+	csr      *x509.CertificateRequest
+	csrHash  []byte
 
 	daemonVersion string
 }
