@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/pki"
 )
@@ -107,8 +108,7 @@ func (s *Server) checkNodeCert(ctx context.Context, leaf *x509.Certificate) (*au
 	if cert.NodeID != node.ID || cert.Generation != node.Generation {
 		return nil, errUnauthenticated(fmt.Sprintf("certificate of identity generation %d, the node is at %d", cert.Generation, node.Generation))
 	}
-	switch node.State {
-	case store.StateRevoked, store.StateRetired:
+	if !lifecycle.May(node.State, lifecycle.Session) {
 		return nil, errUnauthenticated("node " + node.ID + " is " + node.State)
 	}
 	return &authedNode{leaf: leaf, info: info, node: node, cert: cert}, nil

@@ -189,8 +189,8 @@ type Store interface {
 
 	// RecordRenewal stores a renewed certificate and updates the node's
 	// current serial, expiry and last-seen time, only if the node's
-	// generation still equals c.Generation and its state is one that may
-	// renew (StateActive or StateProvisioning); ErrConflict otherwise. The
+	// generation still equals c.Generation and its state is StateActive
+	// (the only state that renews); ErrConflict otherwise. The
 	// audit event, when not nil, is appended in the same transaction.
 	RecordRenewal(ctx context.Context, c Cert, audit *AuditEvent) error
 	// GetCert returns one issued certificate by serial.

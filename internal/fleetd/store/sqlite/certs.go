@@ -16,7 +16,7 @@ var (
 	qInsertCert = newWriteQuery(`INSERT INTO certs (` + certColumns + `)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
 	qRenewNode = newWriteQuery(`UPDATE nodes SET cert_serial = ?, cert_not_after = ?, last_seen = ?
-		WHERE id = ? AND generation = ? AND state IN ('active', 'provisioning')`)
+		WHERE id = ? AND generation = ? AND state = 'active'`)
 	qNodeGeneration = newWriteQuery(`SELECT generation, state FROM nodes WHERE id = ?`)
 	qGetCert        = newReadQuery(`SELECT ` + certColumns + ` FROM certs WHERE serial = ?`)
 	qCountCerts     = newReadQuery(`SELECT count(*) FROM certs
@@ -43,8 +43,8 @@ func insertCert(t *wtx, serial string, vals []any) error {
 // RecordRenewal stores a renewed certificate and sets the node's current
 // serial to c.Serial, its expiry to c.NotAfter and its last-seen time to
 // c.IssuedAt, only if the node exists, its generation still equals
-// c.Generation and it is active or provisioning (a quarantined, retired or
-// revoked node does not renew). It returns ErrConflict otherwise, and when
+// c.Generation and it is active (a quarantined, retired, revoked, planned or
+// provisioning node does not renew). It returns ErrConflict otherwise, and when
 // the serial
 // exists. The audit event, when not nil, is appended in the same
 // transaction, so it is written if and only if the renewal is.

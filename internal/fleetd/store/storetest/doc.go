@@ -50,8 +50,7 @@
 //     event appends nothing.
 //   - A revocation of a quarantined or retired node keeps its state and
 //     writes no history; one of an active node writes active → revoked
-//     with the audit event's actor. A revoked node does not renew, nor a
-//     quarantined or retired one; a provisioning one does.
+//     with the audit event's actor. Only an active node renews.
 //   - A declaration's version is 1 after its first write. ListChanges and
 //     NodeHistory order as ListAudit does (changes newest first, history
 //     oldest first, by order of appending). A transition that creates the

@@ -291,7 +291,7 @@ var lifecycleCases = []testCase{
 		_, _, err = s.TransitionNode(t.Context(), store.Transition{NodeID: "dev-1", From: []string{store.StatePlanned}, To: store.StateProvisioning, Create: &n, Time: at(0)})
 		wantErr(t, "provisioning twice", err, store.ErrConflict)
 	}},
-	{"a quarantined, retired or revoked node does not renew", func(t *testing.T, s store.Store) {
+	{"only an active node renews", func(t *testing.T, s store.Store) {
 		for i, state := range []string{store.StateQuarantined, store.StateRetired} {
 			id := fmt.Sprintf("node-%d", i)
 			mustJoin(t, s, newJoin("", id, "s-"+id, at(0)))
@@ -305,9 +305,8 @@ var lifecycleCases = []testCase{
 		if _, _, err := s.TransitionNode(t.Context(), store.Transition{NodeID: "node-p", From: []string{store.StateActive}, To: store.StateProvisioning, Time: at(time.Minute), Actor: "x"}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.RecordRenewal(t.Context(), newCert("r-p", "node-p", 1, "renew", at(2*time.Minute)), nil); err != nil {
-			t.Errorf("a provisioning node did not renew: %v", err)
-		}
+		err := s.RecordRenewal(t.Context(), newCert("r-p", "node-p", 1, "renew", at(2*time.Minute)), nil)
+		wantErr(t, "renewal of a provisioning node", err, store.ErrConflict)
 	}},
 	{"a revocation keeps a quarantine and a retirement, and records the change from active", func(t *testing.T, s store.Store) {
 		mustJoin(t, s, newJoin("", "q", "s-q", at(0)))
