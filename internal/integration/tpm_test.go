@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/pem"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -22,19 +23,23 @@ import (
 	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
 
-// ekRootsConfig writes the swtpm local CA's certificates and returns the
+// ekRootsConfig writes the swtpm local CAs' certificates and returns the
 // fleetd.toml lines that trust them as TPM manufacturer roots.
-func ekRootsConfig(t *testing.T, sw *tpmtest.Swtpm) string {
+func ekRootsConfig(t *testing.T, sws ...*tpmtest.Swtpm) string {
 	t.Helper()
 	dir := t.TempDir()
-	root := filepath.Join(dir, "ek-root.pem")
-	inter := filepath.Join(dir, "ek-issuer.pem")
-	for path, c := range map[string][]byte{root: sw.RootCertificate(t).Raw, inter: sw.IssuerCertificate(t).Raw} {
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c}), 0o644); err != nil {
-			t.Fatal(err)
+	var roots, inters []string
+	for i, sw := range sws {
+		root := filepath.Join(dir, fmt.Sprintf("ek-root-%d.pem", i))
+		inter := filepath.Join(dir, fmt.Sprintf("ek-issuer-%d.pem", i))
+		for path, c := range map[string][]byte{root: sw.RootCertificate(t).Raw, inter: sw.IssuerCertificate(t).Raw} {
+			if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c}), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
+		roots, inters = append(roots, fmt.Sprintf("%q", root)), append(inters, fmt.Sprintf("%q", inter))
 	}
-	return "[tpm]\nek_roots = [\"" + root + "\"]\nek_intermediates = [\"" + inter + "\"]\n"
+	return "[tpm]\nek_roots = [" + strings.Join(roots, ", ") + "]\nek_intermediates = [" + strings.Join(inters, ", ") + "]\n"
 }
 
 var akURNRE = regexp.MustCompile(`urn:nodetrust:tpm-ak:[0-9a-f]+`)

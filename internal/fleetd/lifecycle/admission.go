@@ -278,6 +278,11 @@ func (a *Admission) decideToken(r Request, d store.Declaration, n *store.Node, s
 		return Outcome{}, refuse(false, d.Name, "a join of %s without a token", d.Name)
 	}
 	tok := r.Token
+	if n != nil && n.State == store.StateQuarantined {
+		rf := CheckRejoin(*n, "token", "", true)
+		rf.Declared = d.Name
+		return Outcome{}, rf
+	}
 	if len(d.EKPins) > 0 || (n != nil && n.EKPin != "") {
 		return Outcome{}, refuse(false, d.Name, "%s is held to an EK: it joins only with its TPM (bcd join --attestor tpm)", d.Name)
 	}

@@ -178,8 +178,9 @@ type Store interface {
 	CompleteJoin(ctx context.Context, j Join) error
 	// GetNode returns one node; ErrNotFound if there is none.
 	GetNode(ctx context.Context, id string) (Node, error)
-	// NodeByEKPin returns the node whose stored EKPin is pin; ErrNotFound
-	// if there is none (or pin is empty).
+	// NodeByEKPin returns the node whose stored EKPin is pin, one that is
+	// not retired when there is one (then the lowest id); ErrNotFound if
+	// there is none (or pin is empty).
 	NodeByEKPin(ctx context.Context, pin string) (Node, error)
 	// ListNodes returns all nodes ordered by id.
 	ListNodes(ctx context.Context) ([]Node, error)

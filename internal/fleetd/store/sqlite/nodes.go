@@ -54,9 +54,10 @@ var (
 	qLastGeneration = newReadQuery(`SELECT max(
 		coalesce((SELECT generation FROM nodes WHERE id = ?1), 0),
 		coalesce((SELECT generation FROM node_tombstones WHERE id = ?1), 0))`)
-	qGetNode       = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n WHERE n.id = ?`)
-	qListNodes     = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n ORDER BY n.id`)
-	qNodeByEKPin   = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n WHERE n.ek_pin = ? AND n.ek_pin <> '' ORDER BY n.id LIMIT 1`)
+	qGetNode     = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n WHERE n.id = ?`)
+	qListNodes   = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n ORDER BY n.id`)
+	qNodeByEKPin = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n WHERE n.ek_pin = ? AND n.ek_pin <> ''
+		ORDER BY n.state = 'retired', n.id LIMIT 1`)
 	qNodesByClaims = newReadQuery(`SELECT ` + nodeColumns + ` FROM nodes n
 		WHERE n.id IN (
 			SELECT id FROM nodes WHERE ?1 <> '' AND product_uuid = ?1
@@ -280,9 +281,9 @@ func (d *DB) GetNode(ctx context.Context, id string) (store.Node, error) {
 	return n, nil
 }
 
-// ListNodes returns all nodes ordered by id.
-// NodeByEKPin returns the node whose tpm join proved the EK with this pin;
-// ErrNotFound if none did.
+// NodeByEKPin returns the node whose tpm join proved the EK with this pin,
+// one that is not retired when there is one (a retired machine declared
+// again under a new name proves the same EK); ErrNotFound if none did.
 func (d *DB) NodeByEKPin(ctx context.Context, pin string) (store.Node, error) {
 	if pin == "" {
 		return store.Node{}, fmt.Errorf("node by EK pin: empty pin: %w", store.ErrNotFound)
@@ -297,6 +298,7 @@ func (d *DB) NodeByEKPin(ctx context.Context, pin string) (store.Node, error) {
 	return n, nil
 }
 
+// ListNodes returns all nodes ordered by id.
 func (d *DB) ListNodes(ctx context.Context) ([]store.Node, error) {
 	ns, err := d.queryNodes(ctx, qListNodes)
 	if err != nil {

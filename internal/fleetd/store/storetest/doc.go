@@ -55,6 +55,7 @@
 //     NodeHistory order as ListAudit does (changes newest first, history
 //     oldest first, by order of appending). A transition that creates the
 //     node of a planned device records planned as the state it came from.
+//   - NodeByEKPin prefers a node that is not retired, then the lowest id.
 //   - A repeated claim keeps its FirstSeen and counts up; the bound evicts
 //     the claim with the oldest LastSeen.
 package storetest

@@ -359,6 +359,25 @@ var lifecycleCases = []testCase{
 	}},
 }
 
+var ekCases = []testCase{
+	{"the node of an EK pin is one that is not retired when there is one", func(t *testing.T, s store.Store) {
+		for _, id := range []string{"a-old", "b-new"} {
+			j := newJoin("", id, "s-"+id, at(0))
+			j.Node.EKPin = "sha256:same"
+			mustJoin(t, s, j)
+		}
+		if n, err := s.NodeByEKPin(t.Context(), "sha256:same"); err != nil || n.ID != "a-old" {
+			t.Errorf("two active nodes: %v, %v; want the lowest id", n.ID, err)
+		}
+		if _, _, err := s.TransitionNode(t.Context(), store.Transition{NodeID: "a-old", From: []string{store.StateActive}, To: store.StateRetired, Revoke: true, Time: at(time.Hour), Actor: "x", Reason: "r"}); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.NodeByEKPin(t.Context(), "sha256:same"); err != nil || n.ID != "b-new" {
+			t.Errorf("after a retirement: %v, %v; want b-new", n.ID, err)
+		}
+	}},
+}
+
 var claimCases = []testCase{
 	{"claims count repeats, keep their first sighting and list newest first", func(t *testing.T, s store.Store) {
 		c := store.Claim{Key: "uuid:1", Attestor: "token", ProductUUID: "1", Serials: []string{"SN1"}, MACs: []string{"02:00:00:00:00:01"},
