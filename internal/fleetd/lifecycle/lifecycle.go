@@ -97,3 +97,14 @@ var (
 
 // Transitions lists the lifecycle actions.
 var Transitions = []Transition{Provision, Quarantine, Release, Retire}
+
+// MarkdownRow renders a rule as its row of docs/lifecycle.md's table.
+func MarkdownRow(r Rule) string {
+	yes := func(c Capability) string {
+		if r.May[c] {
+			return "yes"
+		}
+		return "no"
+	}
+	return "| `" + r.State + "` | " + yes(Renew) + " | " + yes(Session) + " | " + yes(TokenJoin) + " | " + yes(TPMJoin) + " | " + r.Join + " | " + r.Back + " |"
+}

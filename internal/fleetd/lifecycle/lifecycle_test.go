@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -266,3 +267,16 @@ func TestTheTableCoversEveryState(t *testing.T) {
 }
 
 func roleOf(s string) roles.Role { return roles.Role(s) }
+
+// docs/lifecycle.md prints Table: each row as MarkdownRow renders it.
+func TestTheDocPrintsTheTable(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/lifecycle.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range Table {
+		if row := MarkdownRow(r); !strings.Contains(string(doc), row+"\n") {
+			t.Errorf("docs/lifecycle.md lacks the row\n%s", row)
+		}
+	}
+}
