@@ -208,10 +208,7 @@ func toDeclaration(d device) (store.Declaration, bool) {
 // splitPins reads the ek_pins custom field: pins separated by commas or
 // white space.
 func splitPins(s string) []string {
-	var out []string
-	for _, p := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' }) {
-		out = append(out, p)
-	}
+	out := strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\n' || r == '\t' })
 	slices.Sort(out)
 	return out
 }
