@@ -458,3 +458,29 @@ func TestOpenPreparesEveryStatement(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkApplyInventory1000 writes 1,000 new declarations with ten
+// changelog entries each in one ApplyInventory transaction.
+func BenchmarkApplyInventory1000(b *testing.B) {
+	for b.Loop() {
+		b.StopTimer()
+		db := openTemp(b)
+		w := store.InventoryWrite{}
+		now := time.Now()
+		for i := range 1000 {
+			name := fmt.Sprintf("node-%04d", i)
+			w.Writes = append(w.Writes, store.DeclarationWrite{Declaration: store.Declaration{Name: name, Serial: "SN" + name,
+				ProductUUID: "uuid-" + name, Class: "worker", Site: "rack1", EKPins: []string{"sha256:" + name}, EKSource: "supplier-record", UpdatedAt: now}})
+			for f := range 10 {
+				w.Changes = append(w.Changes, store.FieldChange{Time: now, Device: name, Field: fmt.Sprint("f", f), New: "v", Actor: "alice", ActorRole: "declarer", RequestID: "r"})
+			}
+		}
+		b.StartTimer()
+		if err := db.ApplyInventory(context.Background(), w); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		db.Close()
+		b.StartTimer()
+	}
+}
