@@ -252,6 +252,9 @@ func TestLifecycleRetired(t *testing.T) {
 	wantRefusedCertificate(t, m)
 	refusedFor(t, cp, "belongs to no node", func() result { return tpmJoin(t, m, "", true) })
 	refusedFor(t, cp, "node web-01 is retired", func() result { return tokenJoin(t, cp, newMachine(t, cp, uuid1, ""), false, "--allow-reclaim") })
+	if r := cp.fleetd(t, "", "nodes", "delete", "web-01", "--reason", "tidy up"); r.code == 0 || !strings.Contains(r.stderr, "node web-01 is retired: its record stays") {
+		t.Errorf("delete of a retired node: %s", r)
+	}
 	if r := cp.mustFleetd(t, declarer, "inventory", "plan", writeTemp(t, file)); !strings.Contains(r.stdout, "web-01 is retired: nothing is written") {
 		t.Errorf("plan of a retired entry: %s", r)
 	}

@@ -333,6 +333,11 @@ func (a *adminService) DeleteNode(ctx context.Context, req *adminv1.DeleteNodeRe
 	if err != nil {
 		return nil, err
 	}
+	if n, err := a.s.cfg.Store.GetNode(ctx, req.Id); err == nil && n.State == store.StateRetired {
+		// Its record is what keeps a declared machine from being planned
+		// again under the same name.
+		return nil, refused(codes.FailedPrecondition, "node %s is retired: its record stays; a retired machine comes back only declared again under a new name", req.Id)
+	}
 	_, serials, notified, err := a.s.revokeNode(ctx, req.Id, reason, true)
 	if err != nil {
 		return nil, storeFailure("delete node "+req.Id, err)

@@ -376,13 +376,6 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	if in.token != nil {
 		actor, tokenHash = "token:"+in.token.tok.ID, in.token.hash
 	}
-	ekPin := in.ekPin
-	if ekPin == "" && in.expectState != "" {
-		// A token re-join keeps the EK fleetd proved, if any.
-		if old, err := s.cfg.Store.GetNode(ctx, in.nodeID); err == nil {
-			ekPin = old.EKPin
-		}
-	}
 	var history []store.StateChange
 	for _, h := range in.history {
 		h.Time = now
@@ -404,7 +397,7 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 			ID: in.nodeID, SPIFFEID: pki.NodeSPIFFEID(s.cfg.Authority.TrustDomain, in.nodeID), Role: in.role, Site: in.site,
 			State: store.StateActive, Generation: in.gen, Attestor: in.attestor,
 			Claims: in.claims, DaemonVersion: capClaim(in.daemonVersion),
-			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter, EKPin: ekPin, Class: in.class,
+			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter, EKPin: in.ekPin, Class: in.class,
 		},
 		Cert: store.Cert{Serial: serial, NodeID: in.nodeID, Generation: in.gen, Kind: "join", IssuedAt: now, NotAfter: leaf.NotAfter},
 		Audit: &store.AuditEvent{Time: now, Actor: actor, Action: "join", Subject: in.nodeID,
