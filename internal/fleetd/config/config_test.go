@@ -35,6 +35,9 @@ func TestLoadFleetd(t *testing.T) {
 	if c.NodeCertLifetime.Duration != MaxNodeCertLifetime {
 		t.Errorf("default lifetime %s", c.NodeCertLifetime)
 	}
+	if inv := c.Inventory; inv.Required || inv.AutoProvision || inv.Source != "fleetd" || len(inv.Classes) != 3 || inv.MaxClaims != 10000 {
+		t.Errorf("default [inventory] %+v", inv)
+	}
 }
 
 func TestLoadFleetdRefusals(t *testing.T) {
@@ -44,6 +47,11 @@ func TestLoadFleetdRefusals(t *testing.T) {
 		{"a malformed duration", "pki_dir = \"p\"\ndata_dir = \"d\"\ntoken_ttl = \"soon\"\n", "duration"},
 		{"an unknown store", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\ndriver = \"mysql\"\n", "store.driver"},
 		{"a bad log level", "pki_dir = \"p\"\ndata_dir = \"d\"\nlog_level = \"loud\"\n", "log_level"},
+		{"an unknown inventory source", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nsource = \"ldap\"\n", "inventory.source"},
+		{"netbox without a url", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nsource = \"netbox\"\n", "inventory.netbox.url is required"},
+		{"netbox without a declarer", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nsource = \"netbox\"\n[inventory.netbox]\nurl = \"https://nb\"\ntoken_file = \"t\"\n", "declarer_user is required"},
+		{"a bad class", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nclasses = [\"Worker\"]\n", "inventory.classes"},
+		{"no claims kept", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nmax_claims = -1\n", "inventory.max_claims"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
