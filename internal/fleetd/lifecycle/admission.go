@@ -110,13 +110,13 @@ func CheckRejoin(n store.Node, attestor, ekPin string, allowReclaim bool) *Refus
 	if attestor == "tpm" && n.EKPin != "" && n.EKPin != ekPin {
 		return refuse(true, "", "a substitute TPM: node %s is held to EK %s, which fleetd proved; this machine proved EK %s", n.ID, n.EKPin, ekPin)
 	}
-	if attestor == "token" {
-		if n.EKPin != "" {
-			return refuse(false, "", "node %s is held to EK %s: it re-joins only with that TPM (bcd join --reset --yes --attestor tpm)", n.ID, n.EKPin)
-		}
-		if !allowReclaim {
-			return refuse(false, "", "machine is already known as node %s (same product UUID or serial); the token does not allow reclaim", n.ID)
-		}
+	if attestor == "token" && n.EKPin != "" {
+		return refuse(false, "", "node %s is held to EK %s: it re-joins only with that TPM (bcd join --reset --yes --attestor tpm)", n.ID, n.EKPin)
+	}
+	// Only the TPM fleetd proved for the node re-joins it without a token
+	// that allows reclaim.
+	if provenTPM := attestor == "tpm" && n.EKPin != "" && n.EKPin == ekPin; !provenTPM && !allowReclaim {
+		return refuse(false, "", "machine is already known as node %s (same product UUID or serial); the token does not allow reclaim", n.ID)
 	}
 	return nil
 }

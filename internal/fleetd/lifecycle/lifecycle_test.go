@@ -184,6 +184,8 @@ func TestCheckRejoin(t *testing.T) {
 		{store.Node{ID: "n", State: store.StateRevoked}, "token", true, ""},
 		{store.Node{ID: "n", State: store.StateRevoked, EKPin: ekA}, "tpm", false, ""},
 		{store.Node{ID: "n", State: store.StateActive, EKPin: ekB}, "tpm", false, "a substitute TPM"},
+		{store.Node{ID: "n", State: store.StateActive}, "tpm", false, "does not allow reclaim"},
+		{store.Node{ID: "n", State: store.StateActive}, "tpm", true, ""},
 	} {
 		rf := CheckRejoin(tt.node, tt.attestor, ekA, tt.reclaim)
 		switch {
