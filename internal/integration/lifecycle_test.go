@@ -75,19 +75,32 @@ func TestLifecyclePlanned(t *testing.T) {
 }
 
 // Row provisioning: nodes provision (an operator's) authorizes what
-// auto-provision does not.
+// auto-provision does not; a binding the owner wrote authorizes nothing
+// until a declarer writes it.
 func TestLifecycleProvisioning(t *testing.T) {
 	cp := startControlPlane(t, "")
 	declarer, operator := cp.credential(t, "alice", "declarer"), cp.credential(t, "olga", "operator")
 	sw := tpmtest.StartSwtpm(t)
-	cp.apply(t, declarer, inventoryFile(decl{"cp-01", uuid1, "control-plane", ekPin(t, sw)}, decl{"db-01", uuid2, "worker", ""}))
-	m := tpmMachine(t, cp, uuid1, sw, "")
-	refusedFor(t, cp, "auto-provision is off", func() result { return tpmJoin(t, m, "", false) })
-
-	r := cp.mustFleetd(t, operator, "nodes", "provision", "cp-01", "--reason", "racked and cabled")
-	if !strings.Contains(r.stdout, "node cp-01 is provisioning") {
-		t.Errorf("provision: %s", r)
+	file := inventoryFile(decl{"cp-01", uuid1, "control-plane", ekPin(t, sw)}, decl{"db-01", uuid2, "worker", ""})
+	// The owner writes the binding first: it authorizes nothing.
+	if r := cp.apply(t, "", file); !strings.Contains(r.stdout, "not by a declarer: it will authorize nothing") {
+		t.Errorf("the owner's apply does not warn: %s", r)
 	}
+	m := tpmMachine(t, cp, uuid1, sw, "")
+	cp.mustFleetd(t, operator, "nodes", "provision", "cp-01", "--reason", "racked and cabled")
+	refusedFor(t, cp, "not by a declarer: it authorizes nothing", func() result { return tpmJoin(t, m, "", false) })
+	if list := cp.mustFleetd(t, "", "inventory", "list").stdout; !strings.Contains(list, "NOT honoured") {
+		t.Errorf("inventory list:\n%s", list)
+	}
+	// The declarer applies the same file: the binding is its own now.
+	if r := cp.apply(t, declarer, file); !strings.Contains(r.stdout, "written again by declarer alice") {
+		t.Errorf("the declarer's apply: %s", r)
+	}
+	// A second planned device with a declarer's binding waits for provisioning.
+	sw2 := tpmtest.StartSwtpm(t)
+	cp.apply(t, declarer, file+decl{"cp-02", uuid3, "control-plane", ekPin(t, sw2)}.yaml())
+	refusedFor(t, cp, "auto-provision is off", func() result { return tpmJoin(t, tpmMachine(t, cp, uuid3, sw2, ""), "", false) })
+
 	if r := cp.fleetd(t, operator, "nodes", "provision", "cp-01", "--reason", "again"); r.code == 0 || !strings.Contains(r.stderr, "cp-01 is provisioning: provision needs state planned") {
 		t.Errorf("provisioning twice: %s", r)
 	}

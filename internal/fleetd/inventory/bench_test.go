@@ -28,7 +28,7 @@ func BenchmarkPlan1000(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if p := MakePlan(current, nil, desired, w, time.Now(), "r"); !p.Empty() {
+		if p := MakePlan(current, nil, desired, w, time.Now(), "r", nil); !p.Empty() {
 			b.Fatal("a plan of the applied file changes something")
 		}
 	}

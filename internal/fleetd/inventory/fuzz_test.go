@@ -28,14 +28,14 @@ func FuzzParse(f *testing.F) {
 			return
 		}
 		w := Writer{Name: "alice", Role: roles.Declarer}
-		p := MakePlan(nil, nil, ds, w, time.Unix(0, 0), "r")
+		p := MakePlan(nil, nil, ds, w, time.Unix(0, 0), "r", nil)
 		var current []store.Declaration
 		for _, wr := range p.Writes {
 			d := wr.Declaration
 			d.Version = 1
 			current = append(current, d)
 		}
-		if again := MakePlan(current, nil, ds, w, time.Unix(1, 0), "r"); !again.Empty() {
+		if again := MakePlan(current, nil, ds, w, time.Unix(1, 0), "r", nil); !again.Empty() {
 			t.Fatalf("an applied file plans changes again: %+v", again.Devices)
 		}
 	})

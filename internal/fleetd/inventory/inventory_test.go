@@ -140,7 +140,7 @@ func TestPlanOfAThousandMachinesIsIdempotentAndRecordsEveryWriter(t *testing.T) 
 	}
 	w := Writer{Name: "alice", Role: roles.Declarer}
 	now := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
-	p := MakePlan(nil, nil, ds, w, now, "req-1")
+	p := MakePlan(nil, nil, ds, w, now, "req-1", nil)
 	if p.Added != 1000 || len(p.Writes) != 1000 || p.Updated != 0 {
 		t.Fatalf("first plan: %d added, %d writes", p.Added, len(p.Writes))
 	}
@@ -160,7 +160,7 @@ func TestPlanOfAThousandMachinesIsIdempotentAndRecordsEveryWriter(t *testing.T) 
 		d.Version = wr.PrevVersion + 1
 		current = append(current, d)
 	}
-	again := MakePlan(current, nil, ds, w, now.Add(time.Hour), "req-2")
+	again := MakePlan(current, nil, ds, w, now.Add(time.Hour), "req-2", nil)
 	if !again.Empty() || len(again.Changes) != 0 || again.Unchanged != 1000 {
 		t.Errorf("second plan: %d writes, %d changes, %d unchanged", len(again.Writes), len(again.Changes), again.Unchanged)
 	}
@@ -171,7 +171,7 @@ func TestPlanWarnsOfBindingsThatAuthorizeNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := MakePlan(nil, map[string]string{"cp-01": store.StateRetired}, ds, Writer{Name: "root", Role: roles.Owner}, time.Now(), "r")
+	p := MakePlan(nil, map[string]string{"cp-01": store.StateRetired}, ds, Writer{Name: "root", Role: roles.Owner}, time.Now(), "r", nil)
 	if p.Added != 1 || p.Retired != 1 || len(p.Writes) != 1 {
 		t.Fatalf("plan: %+v", p)
 	}
@@ -181,7 +181,7 @@ func TestPlanWarnsOfBindingsThatAuthorizeNothing(t *testing.T) {
 	if w := p.Devices[1].Warnings; len(w) != 1 || !strings.Contains(w[0], "comes back only declared under a new name") {
 		t.Errorf("warnings of a retired entry: %q", w)
 	}
-	missing := MakePlan(ds, nil, ds[:1], Writer{Name: "alice", Role: roles.Declarer}, time.Now(), "r")
+	missing := MakePlan(ds, nil, ds[:1], Writer{Name: "alice", Role: roles.Declarer}, time.Now(), "r", nil)
 	if missing.Missing != 1 || missing.Devices[1].Kind != KindMissing || !missing.Empty() {
 		t.Errorf("a declaration left out of the file: %+v", missing)
 	}
@@ -210,5 +210,33 @@ func TestBindingAuthority(t *testing.T) {
 				t.Errorf("BindingAuthority = %+v, want honoured %t and %q", a, tt.want, tt.why)
 			}
 		})
+	}
+}
+
+// A declarer who applies a binding another credential wrote makes it its
+// own: the fields are recorded again with the declarer as writer.
+func TestADeclarerReaffirmsABindingItDidNotWrite(t *testing.T) {
+	ds, err := Parse([]byte(good), classes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner := MakePlan(nil, nil, ds, Writer{Name: "root", Role: roles.Owner}, time.Unix(0, 0), "r1", nil)
+	var current []store.Declaration
+	for _, wr := range owner.Writes {
+		d := wr.Declaration
+		d.Version = 1
+		current = append(current, d)
+	}
+	alice := Writer{Name: "alice", Role: roles.Declarer}
+	p := MakePlan(current, nil, ds, alice, time.Unix(1, 0), "r2", map[string]bool{"web-01": true})
+	if p.Updated != 1 || p.Unchanged != 1 || len(p.Changes) != 3 {
+		t.Fatalf("plan: %d updated, %d unchanged, %d changes", p.Updated, p.Unchanged, len(p.Changes))
+	}
+	all := append(append([]store.FieldChange{}, p.Changes...), owner.Changes...) // newest first
+	if a := BindingAuthority("web-01", all); !a.Honoured {
+		t.Errorf("after the declarer's apply: %+v", a)
+	}
+	if again := MakePlan(current, nil, ds, alice, time.Unix(2, 0), "r3", nil); !again.Empty() {
+		t.Errorf("once reaffirmed, the same file plans %d changes", len(again.Changes))
 	}
 }

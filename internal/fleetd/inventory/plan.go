@@ -58,7 +58,12 @@ type Plan struct {
 // Entries whose node is retired are not written: a retired machine comes
 // back only declared under a new name. Declarations the file lacks stay as
 // they are (an apply never removes one).
-func MakePlan(current []store.Declaration, states map[string]string, desired []store.Declaration, w Writer, now time.Time, reqID string) Plan {
+//
+// unauthored names the devices whose current binding a declarer did not
+// write last: when a declarer applies the same binding, the plan records
+// its fields again (old and new equal) with the declarer as their writer,
+// so that the binding authorizes admission from then on.
+func MakePlan(current []store.Declaration, states map[string]string, desired []store.Declaration, w Writer, now time.Time, reqID string, unauthored map[string]bool) Plan {
 	cur := make(map[string]store.Declaration, len(current))
 	for _, d := range current {
 		cur[d.Name] = d
@@ -93,9 +98,17 @@ func MakePlan(current []store.Declaration, states map[string]string, desired []s
 			dc.Fields = append(dc.Fields, FieldDiff{Field: f[0], Old: o, New: f[1]})
 			p.Changes = append(p.Changes, store.FieldChange{Time: now, Device: d.Name, Field: f[0], Old: o, New: f[1],
 				Actor: w.Name, ActorRole: string(w.Role), RequestID: reqID, Source: "inventory"})
-			for _, b := range BindingFields {
-				bindingChanged = bindingChanged || b == f[0]
+			bindingChanged = bindingChanged || isBindingField(f[0])
+		}
+		if !bindingChanged && exists && w.Role == roles.Declarer && unauthored[d.Name] && len(d.EKPins) > 0 {
+			for _, f := range fieldValues(d) {
+				if isBindingField(f[0]) && f[1] != "" {
+					dc.Fields = append(dc.Fields, FieldDiff{Field: f[0], Old: f[1], New: f[1]})
+					p.Changes = append(p.Changes, store.FieldChange{Time: now, Device: d.Name, Field: f[0], Old: f[1], New: f[1],
+						Actor: w.Name, ActorRole: string(w.Role), RequestID: reqID, Source: "inventory"})
+				}
 			}
+			dc.Warnings = append(dc.Warnings, fmt.Sprintf("the EK binding of %s is written again by declarer %s: it authorizes admission from now on", d.Name, w.Name))
 		}
 		switch {
 		case !exists:
@@ -132,4 +145,13 @@ func MakePlan(current []store.Declaration, states map[string]string, desired []s
 }
 
 // Empty reports whether the plan writes nothing.
-func (p Plan) Empty() bool { return len(p.Writes) == 0 }
+func (p Plan) Empty() bool { return len(p.Writes) == 0 && len(p.Changes) == 0 }
+
+func isBindingField(f string) bool {
+	for _, b := range BindingFields {
+		if b == f {
+			return true
+		}
+	}
+	return false
+}

@@ -43,7 +43,7 @@ func declare(t *testing.T, s store.Store, name, role string, d store.Declaration
 	if err == nil {
 		curs = []store.Declaration{cur}
 	}
-	p := inventory.MakePlan(curs, nil, []store.Declaration{d}, inventory.Writer{Name: name, Role: roleOf(role)}, t0, "req")
+	p := inventory.MakePlan(curs, nil, []store.Declaration{d}, inventory.Writer{Name: name, Role: roleOf(role)}, t0, "req", nil)
 	if err := s.ApplyInventory(t.Context(), store.InventoryWrite{Writes: p.Writes, Changes: p.Changes}); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -141,7 +142,11 @@ func (a *adminService) ApplyInventory(ctx context.Context, req *adminv1.ApplyInv
 	id := adminOf(ctx)
 	reqID := newRequestID()
 	now := s.cfg.Now()
-	plan := inventory.MakePlan(current, states, desired, inventory.Writer{Name: id.name, Role: id.role}, now, reqID)
+	unauthored, err := s.unauthoredBindings(ctx, current, desired, id.role)
+	if err != nil {
+		return nil, err
+	}
+	plan := inventory.MakePlan(current, states, desired, inventory.Writer{Name: id.name, Role: id.role}, now, reqID, unauthored)
 	out := &adminv1.ApplyInventoryResponse{Added: uint32(plan.Added), Updated: uint32(plan.Updated), Unchanged: uint32(plan.Unchanged),
 		Retired: uint32(plan.Retired), Missing: uint32(plan.Missing), RequestId: reqID}
 	for _, d := range plan.Devices {
@@ -168,6 +173,34 @@ func (a *adminService) ApplyInventory(ctx context.Context, req *adminv1.ApplyInv
 	}
 	out.Applied = true
 	s.log.InfoContext(ctx, "inventory applied", logkey.Admin, id.name, logkey.RequestID, reqID, "added", plan.Added, "updated", plan.Updated, "changes", len(plan.Changes))
+	return out, nil
+}
+
+// unauthoredBindings names, for a declarer's apply, the devices whose
+// binding the file leaves as it is but a declarer did not write last.
+func (s *Server) unauthoredBindings(ctx context.Context, current, desired []store.Declaration, role roles.Role) (map[string]bool, error) {
+	if role != roles.Declarer {
+		return nil, nil
+	}
+	cur := make(map[string]store.Declaration, len(current))
+	for _, d := range current {
+		cur[d.Name] = d
+	}
+	src := inventory.StoreSource{Store: s.cfg.Store}
+	out := map[string]bool{}
+	for _, d := range desired {
+		old, ok := cur[d.Name]
+		if !ok || len(d.EKPins) == 0 || !slices.Equal(old.EKPins, d.EKPins) || old.EKSource != d.EKSource || old.EKReference != d.EKReference {
+			continue
+		}
+		auth, err := src.Binding(ctx, old)
+		if err != nil {
+			return nil, storeFailure("read the binding of "+d.Name, err)
+		}
+		if !auth.Honoured {
+			out[d.Name] = true
+		}
+	}
 	return out, nil
 }
 
