@@ -323,7 +323,7 @@ func makeInitFiles(o InitOptions) ([]initFile, *Bundle, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	ownerURI, err := url.Parse(adminSPIFFEID(td, OwnerName))
+	ownerID, err := AdminID(td, OwnerName)
 	if err != nil {
 		return nil, nil, fmt.Errorf("owner credential: %w", err)
 	}
@@ -334,7 +334,7 @@ func makeInitFiles(o InitOptions) ([]initFile, *Bundle, error) {
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
-		URIs:                  []*url.URL{ownerURI},
+		URIs:                  []*url.URL{ownerID.URL()},
 	}, servingCA, ownerKey.Public(), servingCAKey)
 	if err != nil {
 		return nil, nil, fmt.Errorf("owner credential: %w", err)
