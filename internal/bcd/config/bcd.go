@@ -45,6 +45,9 @@ type BCD struct {
 
 	Renewal Renewal `toml:"renewal"`
 
+	// Join says how bcd join proves this machine.
+	Join Join `toml:"join"`
+
 	// Helper, when its user is set, puts the TPM behind bcd helper: the
 	// unprivileged bcd node never opens the TPM device.
 	Helper Helper `toml:"helper"`
@@ -70,6 +73,29 @@ type Renewal struct {
 	// (default 30s and 10m).
 	BackoffMin Duration `toml:"backoff_min"`
 	BackoffMax Duration `toml:"backoff_max"`
+}
+
+// Join configures bcd join (and so the shipped bcd-join.service).
+type Join struct {
+	// Attestor is how the machine proves itself: "token" (the default) or
+	// "tpm", the TPM's EK, which lets a machine the control plane knows
+	// join again without a token (after a reinstall). bcd join --attestor
+	// overrides it.
+	Attestor string `toml:"attestor"`
+}
+
+// The attestors bcd join speaks.
+const (
+	AttestorToken = "token"
+	AttestorTPM   = "tpm"
+)
+
+// ValidAttestor checks an attestor name, naming where it came from.
+func ValidAttestor(setting, a string) error {
+	if a != AttestorToken && a != AttestorTPM {
+		return fmt.Errorf("%s: %q is not an attestor; use %q or %q", setting, a, AttestorToken, AttestorTPM)
+	}
+	return nil
 }
 
 // LocalAPI is bcd node's local API, which the command line and the
@@ -223,6 +249,9 @@ func LoadBCD(path string) (*BCD, error) {
 	if c.TPM == "" {
 		c.TPM = "auto"
 	}
+	if c.Join.Attestor == "" {
+		c.Join.Attestor = AttestorToken
+	}
 	if c.Helper.Socket == "" {
 		c.Helper.Socket = "/run/bcd/helper.sock"
 	}
@@ -252,6 +281,11 @@ func (c *BCD) Validate() error {
 	}
 	if c.Renewal.BackoffMin.Duration < 0 || c.Renewal.BackoffMax.Duration < c.Renewal.BackoffMin.Duration && c.Renewal.BackoffMax.Duration != 0 {
 		return errors.New("renewal.backoff_min and backoff_max: want 0 <= backoff_min <= backoff_max")
+	}
+	if c.Join.Attestor != "" {
+		if err := ValidAttestor("join.attestor", c.Join.Attestor); err != nil {
+			return err
+		}
 	}
 	if err := c.validateCalls(); err != nil {
 		return err
