@@ -120,12 +120,12 @@ func (c *JoinConfig) defaults() {
 func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 	c.defaults()
 	keys := Keys{TPM: c.TPM}
-	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: keys.Loader(ctx)})
+	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: keys.Loader(ctx), Attestor: c.Attestor})
 	switch {
 	case err == nil:
 		if c.NodeID != "" && c.NodeID != st.Identity.NodeID {
-			return nil, fmt.Errorf("%w: this machine is joined as %s, not %s; to join as %s: bcd join --reset --yes, then bcd join --node-id %s",
-				ErrOtherNode, st.Identity.NodeID, c.NodeID, c.NodeID, c.NodeID)
+			return nil, fmt.Errorf("%w: this machine is joined as %s, not %s; to join as %s: %s --node-id %s",
+				ErrOtherNode, st.Identity.NodeID, c.NodeID, c.NodeID, identity.WayBack(st.Identity.Attestor), c.NodeID)
 		}
 		return &JoinResult{State: st, Already: true}, nil
 	case !errors.Is(err, identity.ErrNotJoined):

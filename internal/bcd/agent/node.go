@@ -39,6 +39,11 @@ var ErrRevoked = errors.New("this node's certificate was revoked")
 // older identity generation).
 var ErrRefused = errors.New("the control plane refuses this node's certificate")
 
+// ErrExpired means the node certificate expired (while the node was off, or
+// while every renewal failed, such as on a full disk): an expired
+// certificate never renews, so the agent stops instead of retrying forever.
+var ErrExpired = errors.New("this node's certificate expired")
+
 // Journal records what happens to the identity; a nil Journal records
 // nothing. The node's journal.db implements it.
 type Journal interface {
@@ -50,6 +55,7 @@ const (
 	JournalRenewed       = "renewed"
 	JournalRenewalFailed = "renewal failed"
 	JournalRevoked       = "revoked"
+	JournalRefused       = "refused"
 )
 
 // NodeConfig configures the long-running agent.
@@ -125,11 +131,13 @@ type node struct {
 	attempt   int
 	backoff   time.Duration
 	nextRenew time.Time
+	lastErr   error // the last renewal's failure, nil after a success
 }
 
 // RunNode runs the agent until ctx ends (nil), the certificate is revoked
-// (ErrRevoked) or refused (ErrRefused), or the identity cannot be loaded.
-// It keeps one live session with the control plane and renews over it.
+// (ErrRevoked), refused (ErrRefused) or expired (ErrExpired), or the
+// identity cannot be loaded. It keeps one live session with the control
+// plane and renews over it.
 func RunNode(ctx context.Context, c NodeConfig) error {
 	c.defaults()
 	st := c.State
@@ -142,6 +150,9 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 	n := &node{c: c, log: c.Logger.With(logkey.Component, "agent", logkey.NodeID, st.Identity.NodeID), instance: randomID()}
 	n.setState(st)
 	n.nextRenew = n.renewTime()
+	if err := n.expired(nil); err != nil {
+		return err
+	}
 	conn, _, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, n.clientCert)
 	if err != nil {
 		return err
@@ -155,8 +166,11 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, ErrRevoked), errors.Is(err, ErrRefused):
+		case errors.Is(err, ErrRevoked), errors.Is(err, ErrRefused), errors.Is(err, ErrExpired):
 			return err
+		}
+		if xerr := n.expired(err); xerr != nil {
+			return xerr
 		}
 		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", reconnect.String(), logkey.Error, err)
 		if err := sleep(ctx, reconnect); err != nil {
@@ -275,6 +289,9 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			if inflight != nil {
 				continue
 			}
+			if err := n.expired(n.lastErr); err != nil {
+				return err
+			}
 			r, err := n.startRenewal(ctx)
 			if err != nil {
 				n.renewalFailed(ctx, err, 0)
@@ -331,10 +348,30 @@ func (n *node) streamErr(ctx context.Context, _ gatewayv1.Gateway_SessionClient,
 		return ctx.Err()
 	}
 	if status.Code(err) == codes.Unauthenticated {
-		n.log.ErrorContext(ctx, "the control plane refuses this node's certificate", logkey.Error, status.Convert(err).Message())
-		return fmt.Errorf("%w: %s; join again: bcd join --reset --yes, then bcd join", ErrRefused, status.Convert(err).Message())
+		msg := status.Convert(err).Message()
+		n.log.ErrorContext(ctx, "the control plane refuses this node's certificate", logkey.Error, msg)
+		n.journal(ctx, JournalRefused, msg)
+		return fmt.Errorf("%w: %s; it can never renew; join again: %s", ErrRefused, msg, identity.WayBack(n.state().Identity.Attestor))
 	}
 	return err
+}
+
+// expired returns ErrExpired, with the way back, once the current
+// certificate's NotAfter has passed; last is the failure that kept it from
+// renewing, if any.
+func (n *node) expired(last error) error {
+	st := n.state()
+	now := n.c.Now()
+	if !now.After(st.Leaf.NotAfter) {
+		return nil
+	}
+	why := ""
+	if last != nil {
+		why = fmt.Sprintf(" (the last renewal failed: %v)", last)
+	}
+	n.log.Error("the node certificate expired; an expired certificate never renews", "not_after", st.Leaf.NotAfter.UTC().Format(time.RFC3339), logkey.Error, last)
+	return fmt.Errorf("%w at %s%s; an expired certificate never renews, so bcd node stops; join again: %s",
+		ErrExpired, st.Leaf.NotAfter.UTC().Format(time.RFC3339), why, identity.WayBack(st.Identity.Attestor))
 }
 
 func (n *node) revoked(ctx context.Context, r *gatewayv1.RevocationNotice) error {
@@ -424,7 +461,7 @@ func (n *node) loadAK(ctx context.Context, name []byte) (tpm.AttestationKey, err
 		return nil, errors.New("the certificate names a TPM AK, and no TPM is open: set tpm in config.toml; renewal fails until then")
 	}
 	if len(rec) == 0 {
-		return nil, errors.New("the certificate names a TPM AK, and identity.json has no AK record; join again: bcd join --reset --yes, then bcd join")
+		return nil, errors.New("the certificate names a TPM AK, and identity.json has no AK record; join again: " + identity.WayBack("tpm"))
 	}
 	r, err := tpm.ParseKeyRecord(rec)
 	if err != nil {
@@ -436,7 +473,7 @@ func (n *node) loadAK(ctx context.Context, name []byte) (tpm.AttestationKey, err
 	}
 	if !bytes.Equal(ak.Name(), name) {
 		ak.Close()
-		return nil, fmt.Errorf("the TPM derives AK %x, the certificate names %x: was the TPM cleared? renewal fails; join again with bcd join --reset --yes --attestor tpm", ak.Name(), name)
+		return nil, fmt.Errorf("the TPM derives AK %x, the certificate names %x: was the TPM cleared? renewal fails; join again: %s", ak.Name(), name, identity.WayBack("tpm"))
 	}
 	return ak, nil
 }
@@ -508,7 +545,7 @@ func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.Sig
 			closeKey(old)
 		}
 	})
-	n.attempt, n.backoff = 0, 0
+	n.attempt, n.backoff, n.lastErr = 0, 0, nil
 	n.nextRenew = n.renewTime()
 	keyPin, _ := pki.PinOf(r.key.Public())
 	n.log.InfoContext(ctx, "renewed", logkey.Serial, fmt.Sprintf("%x", opened.Leaf.SerialNumber), "key", keyPin.String(),
@@ -533,7 +570,13 @@ func (n *node) renewalFailed(ctx context.Context, err error, pushback time.Durat
 	expiresIn := time.Until(n.state().Leaf.NotAfter).Round(time.Second)
 	n.log.WarnContext(ctx, "renewal failed", "attempt", n.attempt, "expiresIn", expiresIn.String(), "retry_in", wait.String(), logkey.Error, err)
 	n.journal(ctx, JournalRenewalFailed, fmt.Sprintf("attempt %d: %v", n.attempt, err))
+	n.lastErr = err
 	n.nextRenew = n.c.Now().Add(wait)
+	// Look again right after the certificate expires, not a whole
+	// backoff later: then the agent stops with the way back.
+	if notAfter := n.state().Leaf.NotAfter; n.nextRenew.After(notAfter) {
+		n.nextRenew = notAfter.Add(time.Millisecond)
+	}
 }
 
 func randomID() string {

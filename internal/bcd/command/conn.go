@@ -78,6 +78,23 @@ func (f *connFlags) resolve() (*config.BCD, error) {
 	return cfg, nil
 }
 
+// dataDirOnly returns the data directory without needing pins: --data-dir,
+// else data_dir of config.toml (which must load), else the default for a
+// machine bootstrapped with --server.
+func (f *connFlags) dataDirOnly() (string, error) {
+	if f.dataDir != "" {
+		return f.dataDir, nil
+	}
+	if f.server != "" {
+		return config.DefaultBCDDataDir, nil
+	}
+	cfg, err := config.LoadBCD(f.config)
+	if err != nil {
+		return "", fmt.Errorf("%w; or pass --data-dir to look at a data directory without a config", err)
+	}
+	return cfg.DataDir, nil
+}
+
 // loadState loads the identity with this host's key loader: a TPM-held
 // node key is derived in the TPM cfg names (or through bcd helper under
 // [helper]); without a config, in the one --tpm names, else "auto".
@@ -93,5 +110,9 @@ func loadState(ctx context.Context, dir string, cfg *config.BCD, f connFlags) (*
 		return nil, err
 	}
 	defer closeTPM()
-	return identity.LoadState(dir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: t}.Loader(ctx)})
+	attestor := ""
+	if cfg != nil {
+		attestor = cfg.Join.Attestor
+	}
+	return identity.LoadState(dir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: t}.Loader(ctx), Attestor: attestor})
 }

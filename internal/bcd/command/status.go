@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
+	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/journal"
 )
 
@@ -61,7 +62,7 @@ func statusCommand() *cobra.Command {
 			}
 			expired := ""
 			if time.Now().After(leaf.NotAfter) {
-				expired = " (EXPIRED: bcd join --reset --yes, then bcd join)"
+				expired = " (EXPIRED: " + identity.WayBack(id.Attestor) + ")"
 			}
 			fmt.Fprintf(w, "node:          %s\n", id.NodeID)
 			fmt.Fprintf(w, "spiffe id:     %s\n", id.SPIFFEID)
