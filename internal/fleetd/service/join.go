@@ -212,11 +212,7 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 			return nil, o.deny("the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
 		}
 		if pending.ApprovedAt.IsZero() {
-			return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
-				DeferralId:   pending.ID,
-				RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
-				Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", nodeID, nodeID),
-			}}}, nil
+			return pendingResponse(s, pending), nil
 		}
 	}
 	return j.issue(ctx, issuance{
@@ -224,6 +220,15 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 		role: tok.Role, site: tok.Site, attestor: "token", claims: claims,
 		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
 	})
+}
+
+// pendingResponse tells a join to wait for the owner's approval of p.
+func pendingResponse(s *Server, p store.Pending) *joinv1.JoinResponse {
+	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
+		DeferralId:   p.ID,
+		RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
+		Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", p.NodeID, p.NodeID),
+	}}}
 }
 
 // issuance is everything a successful join decided.

@@ -40,6 +40,9 @@ type challenge struct {
 	ekPin    string
 	akName   []byte
 	known    *store.Node // the node this EK already belongs to, if any
+	// pendingID is the approved pending join this round proves the TPM
+	// for again, when the token required approval.
+	pendingID string
 }
 
 // challenges holds open rounds by deferral id. A round is taken out when
@@ -80,18 +83,23 @@ func (c *challenges) take(id string) *challenge {
 // joinTPM runs the tpm attestor (seed 003, "Attestation and admission"):
 // the first request proves nothing yet and gets a challenge bound to its
 // EK and AK; the answer proves the AK is in that EK's TPM and quotes the
-// boot over a fresh nonce. A known EK reclaims its node without a token;
-// an unknown one needs a token as well.
+// boot over a fresh nonce. A known EK reclaims its node without a token; an
+// unknown one needs a token as well. A token piped with a known EK is
+// spent, and its role and site replace the node's. A token that requires
+// approval makes the proven join wait (JoinPending); once approved, the
+// next request gets a fresh challenge round, so the TPM proves itself and
+// its boot again at the moment the certificate is issued.
 func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
 	if req.DeferralId == "" {
-		return j.tpmRound1(ctx, req, csr, csrHash)
+		return j.tpmRound1(ctx, req, csr, csrHash, "")
 	}
 	s := j.s
 	ch := s.challenges.take(req.DeferralId)
+	if ch == nil {
+		return j.tpmPending(ctx, req, csr, csrHash)
+	}
 	now := s.cfg.Now()
 	switch {
-	case ch == nil:
-		return nil, refuse("unknown or already answered challenge")
 	case !now.Before(ch.notAfter):
 		return nil, refuse("challenge round %d expired at %s", ch.round, ch.notAfter.UTC().Format(time.RFC3339))
 	case !bytes.Equal(ch.csrHash, csrHash):
@@ -106,47 +114,135 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 		s.log.WarnContext(ctx, "tpm challenge failed, asking again", "round", ch.round, logkey.EKPin, ch.ekPin, logkey.Reason, err.Error())
 		return j.newRound(ctx, ch, ch.round+1)
 	}
+	return j.tpmProven(ctx, req, ch, csr, csrHash)
+}
 
+// tpmProven decides a tpm join whose TPM answered its challenge.
+func (j *joinService) tpmProven(ctx context.Context, req *joinv1.JoinRequest, ch *challenge, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
 	claims := claimsFrom(req.Claims)
-	akName := ch.akName
-	if ch.known != nil {
-		// The same EK reclaims its node, keeping its role and site.
-		n := ch.known
-		return j.issue(ctx, issuance{
-			nodeID: n.ID, reclaim: true, gen: n.Generation + 1, role: n.Role, site: n.Site,
-			attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: akName,
-			csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
-		})
+	var o *openedToken
+	if len(req.SealedToken) > 0 {
+		var err error
+		if o, err = j.openToken(ctx, req, csrHash); err != nil {
+			return nil, err
+		}
 	}
+	in := issuance{token: o, attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: ch.akName,
+		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion}
+	if ch.known != nil {
+		// The same EK reclaims its node. A token, when one is piped,
+		// is spent and gives the node its role and site.
+		n := ch.known
+		in.nodeID, in.reclaim, in.gen, in.role, in.site = n.ID, true, n.Generation+1, n.Role, n.Site
+		if o != nil {
+			if o.tok.NodeID != "" && o.tok.NodeID != n.ID {
+				return nil, o.deny("token is for node %q, but EK %s belongs to node %q", o.tok.NodeID, ch.ekPin, n.ID)
+			}
+			in.role, in.site = o.tok.Role, o.tok.Site
+		}
+	} else {
+		if o == nil {
+			return nil, refuse("EK %s belongs to no node, and the join carries no token", ch.ekPin)
+		}
+		asked := req.NodeId
+		if ch.pendingID != "" {
+			// The node id the pending join was approved for.
+			p, err := j.pendingFor(ctx, ch.pendingID, o, csrHash)
+			if err != nil {
+				return nil, err
+			}
+			asked = p.NodeID
+		}
+		nodeID, reclaim, gen, err := j.chooseNode(ctx, o.tok, asked, claims)
+		if err != nil {
+			var r *refusal
+			if errors.As(err, &r) {
+				return nil, o.deny("%s", r.reason)
+			}
+			return nil, err
+		}
+		in.nodeID, in.reclaim, in.gen, in.role, in.site = nodeID, reclaim, gen, o.tok.Role, o.tok.Site
+	}
+	if o == nil || !o.tok.RequireApproval {
+		return j.issue(ctx, in)
+	}
+	return j.tpmApproval(ctx, ch, o, in)
+}
+
+// tpmApproval holds a proven tpm join whose token requires approval: the
+// first time it stores the pending join and answers JoinPending; in the
+// round that follows the approval it issues.
+func (j *joinService) tpmApproval(ctx context.Context, ch *challenge, o *openedToken, in issuance) (*joinv1.JoinResponse, error) {
+	s := j.s
+	now := s.cfg.Now()
+	if ch.pendingID == "" {
+		p := store.Pending{
+			ID: randomHex(16), TokenHash: o.hash, TokenID: o.tok.ID, CSRHash: in.csrHash,
+			NodeID: in.nodeID, Role: in.role, Site: in.site, Claims: in.claims,
+			CreatedAt: now, ExpiresAt: o.tok.ExpiresAt,
+		}
+		if err := s.cfg.Store.CreatePending(ctx, p); err != nil {
+			return nil, fmt.Errorf("store pending join of node %s: %w", in.nodeID, err)
+		}
+		s.log.InfoContext(ctx, "join waiting for approval", logkey.NodeID, in.nodeID, logkey.TokenID, o.tok.ID,
+			logkey.Attestor, "tpm", logkey.EKPin, ch.ekPin, logkey.Peer, peerAddr(ctx))
+		return pendingResponse(s, p), nil
+	}
+	p, err := j.pendingFor(ctx, ch.pendingID, o, in.csrHash)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case p.ApprovedAt.IsZero():
+		return pendingResponse(s, p), nil
+	case p.NodeID != in.nodeID:
+		return nil, o.deny("the pending join was for node %s, it would now be node %s", p.NodeID, in.nodeID)
+	}
+	in.pendingID = p.ID
+	return j.issue(ctx, in)
+}
+
+// tpmPending answers a tpm join that comes back with the id of its pending
+// join: still waiting, or, once approved, a fresh challenge round.
+func (j *joinService) tpmPending(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
 	if len(req.SealedToken) == 0 {
-		return nil, refuse("EK %s belongs to no node, and the join carries no token", ch.ekPin)
+		return nil, refuse("unknown or already answered challenge")
 	}
 	o, err := j.openToken(ctx, req, csrHash)
 	if err != nil {
 		return nil, err
 	}
-	if o.tok.RequireApproval {
-		return nil, o.deny("tokens that require approval are not taken by the tpm attestor")
-	}
-	nodeID, reclaim, gen, err := j.chooseNode(ctx, o.tok, req.NodeId, claims)
+	p, err := j.pendingFor(ctx, req.DeferralId, o, csrHash)
 	if err != nil {
-		var r *refusal
-		if errors.As(err, &r) {
-			return nil, o.deny("%s", r.reason)
-		}
 		return nil, err
 	}
-	return j.issue(ctx, issuance{
-		token: o, nodeID: nodeID, reclaim: reclaim, gen: gen, role: o.tok.Role, site: o.tok.Site,
-		attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: akName,
-		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
-	})
+	if p.ApprovedAt.IsZero() {
+		return pendingResponse(j.s, p), nil
+	}
+	return j.tpmRound1(ctx, req, csr, csrHash, p.ID)
+}
+
+// pendingFor returns the pending join id after checking it is the one of
+// this token and CSR and has not expired.
+func (j *joinService) pendingFor(ctx context.Context, id string, o *openedToken, csrHash []byte) (store.Pending, error) {
+	p, err := j.s.cfg.Store.GetPending(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return p, o.deny("unknown or already answered challenge or deferral")
+	case err != nil:
+		return p, fmt.Errorf("look up deferral: %w", err)
+	case !bytes.Equal(p.CSRHash, csrHash) || !bytes.Equal(p.TokenHash, o.hash):
+		return p, o.deny("the deferral belongs to another request")
+	case !j.s.cfg.Now().Before(p.ExpiresAt):
+		return p, o.deny("the pending join expired at %s", p.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return p, nil
 }
 
 // tpmRound1 checks the evidence that needs no challenge — the EK, the
 // AK's attributes and its certification of the CSR's key — and answers
 // with round 1.
-func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
+func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte, pendingID string) (*joinv1.JoinResponse, error) {
 	s := j.s
 	ev := req.Tpm
 	if ev == nil {
@@ -195,7 +291,7 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 	if err != nil {
 		return nil, refuse("AK: %v", err)
 	}
-	ch := &challenge{csrHash: csrHash, ev: ev, ekPin: ekPin, akName: akName, known: known}
+	ch := &challenge{csrHash: csrHash, ev: ev, ekPin: ekPin, akName: akName, known: known, pendingID: pendingID}
 	return j.newRound(ctx, ch, 1)
 }
 
