@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
@@ -36,6 +37,13 @@ func Run(ctx context.Context, o Options) error {
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	// Folders others could write would let them replace the CA keys or
+	// the store: refuse them, with the chmod or chown to run.
+	for _, d := range []struct{ what, path string }{{"the PKI folder (pki_dir)", cfg.Resolve(cfg.PKIDir)}, {"the data folder (data_dir)", cfg.Resolve(cfg.DataDir)}} {
+		if err := fileperm.CheckDir(d.path, d.what, 0o700); err != nil {
+			return err
+		}
 	}
 	auth, err := pki.LoadAuthority(cfg.Resolve(cfg.PKIDir))
 	if err != nil {

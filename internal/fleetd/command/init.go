@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodetrust/nodetrust/internal/cli"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -23,7 +24,9 @@ func initCommand() *cobra.Command {
 certificate, the JoinService signing key, the join encryption key (and its public
 half as join-encryption.jwk), an owner admin credential (admin/), and
 pki-bundle.json with the three pins an install script gives to nodes.
-Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything.`,
+Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything,
+and refuses a --dir that other users may write or another user owns (the
+message gives the chmod or chown to run).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dir == "" || td == "" || name == "" {
@@ -36,6 +39,9 @@ Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything.`
 					return cli.Usagef("--server-ip %q is not an IP address", s)
 				}
 				parsed = append(parsed, ip)
+			}
+			if err := fileperm.CheckDir(dir, "the PKI folder", 0o700); err != nil {
+				return err
 			}
 			b, err := pki.Init(dir, pki.InitOptions{TrustDomain: td, ServerName: name, ServerIPs: parsed, KEM: kem})
 			if err != nil {
