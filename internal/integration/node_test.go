@@ -30,6 +30,7 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	verifySVID(t, first) // a token join's certificate
 	joinKey, _ := pki.PinOf(first.Key.Public())
 
 	a := startAgent(t, m)
@@ -58,6 +59,7 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the stored identity does not load after renewals: %v", err)
 	}
+	verifySVID(t, now) // a renewal's certificate
 	pin, _ := pki.PinOf(now.Key.Public())
 	if !keys[pin.String()] || pin == joinKey {
 		t.Errorf("the stored key %s is not one the renewals certified", pin)
@@ -147,16 +149,35 @@ func TestRevocationEndsTheNodeAndItComesBackOnlyByJoiningAgain(t *testing.T) {
 			t.Errorf("bcd node with a revoked certificate: exit %d\n%s", code, b.log)
 		}
 	})
-	t.Run("the old identity only says already joined", func(t *testing.T) {
+	wayBack := "join again: bcd join --reset --yes < token.txt, with a fresh token"
+	t.Run("join on the revoked identity says so and gives the way back", func(t *testing.T) {
 		r := run(t, "", m.env(), "bcd", "join", "--config", m.cfg)
-		if r.code != 0 || !strings.HasPrefix(r.stdout, "already joined as "+node) {
+		if r.code != 1 || strings.Contains(r.stdout, "already joined") ||
+			!strings.Contains(r.stderr, "this machine is joined as "+node+", but the control plane") || !strings.Contains(r.stderr, wayBack) {
 			t.Errorf("join with the revoked identity in place: %s", r)
+		}
+	})
+	t.Run("doctor fails the revoked identity with the way back", func(t *testing.T) {
+		r := run(t, "", nil, "bcd", "doctor", "--config", m.cfg)
+		if r.code != 1 || !regexp.MustCompile(`fail +identity +the control plane (revoked|refused) the certificate of node `+regexp.QuoteMeta(node)).MatchString(r.stdout) ||
+			!strings.Contains(r.stdout, "→ bcd join --reset --yes < token.txt") {
+			t.Errorf("doctor on a revoked node: %s", r)
 		}
 	})
 	t.Run("reset without --yes moves nothing and exits 2", func(t *testing.T) {
 		r := run(t, "", m.env(), "bcd", "join", "--config", m.cfg, "--reset")
 		if r.code != 2 || !strings.Contains(r.stdout, filepath.Join(m.dataDir, "identity.json")) {
 			t.Errorf("dry run: %s", r)
+		}
+		if _, err := os.Stat(filepath.Join(m.dataDir, "identity.json")); err != nil {
+			t.Errorf("the dry run moved identity.json: %v", err)
+		}
+	})
+	t.Run("the dry run needs only --data-dir", func(t *testing.T) {
+		// No config, no pins: a broken machine can still be looked at.
+		r := run(t, "", nil, "bcd", "join", "--config", filepath.Join(t.TempDir(), "absent.toml"), "--data-dir", m.dataDir, "--reset")
+		if r.code != 2 || !strings.Contains(r.stdout, filepath.Join(m.dataDir, "identity.json")) || !strings.Contains(r.stdout, filepath.Join(m.dataDir, "node.key")) {
+			t.Errorf("dry run with --data-dir alone: %s", r)
 		}
 		if _, err := os.Stat(filepath.Join(m.dataDir, "identity.json")); err != nil {
 			t.Errorf("the dry run moved identity.json: %v", err)
