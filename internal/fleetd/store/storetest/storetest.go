@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // Run runs the conformance suite against the stores open returns. Each
@@ -72,7 +73,7 @@ func newToken(id string, created time.Time) store.Token {
 func newNode(id string, gen uint64, serial string, issued time.Time) store.Node {
 	return store.Node{
 		ID:         id,
-		SPIFFEID:   "spiffe://example.org/node/" + id,
+		SPIFFEID:   pki.NodeSPIFFEID("example.org", id),
 		Role:       "worker",
 		Site:       "site-a",
 		State:      store.StateActive,
