@@ -142,13 +142,3 @@ func rewriteLeaf(t *testing.T, dataDir string, der []byte) {
 		t.Fatal(err)
 	}
 }
-
-// loadPlain loads a file-key identity.
-func loadPlain(t *testing.T, dataDir string) *identity.State {
-	t.Helper()
-	st, err := identity.LoadState(dataDir, identity.LoadOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
