@@ -164,6 +164,12 @@ func TestRevocationEndsTheNodeAndItComesBackOnlyByJoiningAgain(t *testing.T) {
 			t.Errorf("doctor on a revoked node: %s", r)
 		}
 	})
+	t.Run("status shows the revocation with the way back", func(t *testing.T) {
+		r := run(t, "", nil, "bcd", "status", "--config", m.cfg)
+		if r.code != 0 || !strings.Contains(r.stdout, "REVOKED:") || !strings.Contains(r.stdout, wayBack) {
+			t.Errorf("status of a revoked node: %s", r)
+		}
+	})
 	t.Run("reset without --yes moves nothing and exits 2", func(t *testing.T) {
 		r := run(t, "", m.env(), "bcd", "join", "--config", m.cfg, "--reset")
 		if r.code != 2 || !strings.Contains(r.stdout, filepath.Join(m.dataDir, "identity.json")) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
+	"github.com/nodetrust/nodetrust/internal/bcd/doctor"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/journal"
 )
@@ -72,6 +73,9 @@ func statusCommand() *cobra.Command {
 			fmt.Fprintf(w, "key:           %s (%s)\n", id.KeyKind, datadir.Layout(dir).Key())
 			fmt.Fprintf(w, "certificate:   %x\n", leaf.SerialNumber)
 			fmt.Fprintf(w, "valid until:   %s%s\n", leaf.NotAfter.UTC().Format(time.RFC3339), expired)
+			if rv := revocation(dir, id.NodeID); rv != nil {
+				fmt.Fprintf(w, "REVOKED:       %s; join again: %s\n", doctor.RevokedMessage(id.NodeID, rv), identity.WayBack(id.Attestor))
+			}
 			fmt.Fprintf(w, "next renewal:  %s (while bcd node runs)\n", next.UTC().Format(time.RFC3339))
 			switch {
 			case jerr != nil:
