@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -173,16 +172,8 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 	asked := req.NodeId
 	var pending store.Pending
 	if req.DeferralId != "" {
-		pending, err = s.cfg.Store.GetPending(ctx, req.DeferralId)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return nil, o.deny("unknown deferral")
-		case err != nil:
-			return nil, fmt.Errorf("look up deferral: %w", err)
-		case !bytes.Equal(pending.CSRHash, csrHash) || !bytes.Equal(pending.TokenHash, o.hash):
-			return nil, o.deny("the deferral belongs to another request")
-		case !now.Before(pending.ExpiresAt):
-			return nil, o.deny("the pending join expired at %s", pending.ExpiresAt.UTC().Format(time.RFC3339))
+		if pending, err = j.pendingFor(ctx, req.DeferralId, o, csrHash); err != nil {
+			return nil, err
 		}
 		asked = pending.NodeID
 	}

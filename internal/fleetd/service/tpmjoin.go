@@ -228,7 +228,7 @@ func (j *joinService) pendingFor(ctx context.Context, id string, o *openedToken,
 	p, err := j.s.cfg.Store.GetPending(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return p, o.deny("unknown or already answered challenge or deferral")
+		return p, o.deny("unknown deferral (or a challenge already answered)")
 	case err != nil:
 		return p, fmt.Errorf("look up deferral: %w", err)
 	case !bytes.Equal(p.CSRHash, csrHash) || !bytes.Equal(p.TokenHash, o.hash):
