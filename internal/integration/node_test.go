@@ -150,19 +150,9 @@ func TestRevocationEndsTheNodeAndItComesBackOnlyByJoiningAgain(t *testing.T) {
 		}
 	})
 	wayBack := "join again: bcd join --reset --yes < token.txt, with a fresh token"
-	t.Run("join on the revoked identity says so and gives the way back", func(t *testing.T) {
-		r := run(t, "", m.env(), "bcd", "join", "--config", m.cfg)
-		if r.code != 1 || strings.Contains(r.stdout, "already joined") ||
-			!strings.Contains(r.stderr, "this machine is joined as "+node+", but the control plane") || !strings.Contains(r.stderr, wayBack) {
-			t.Errorf("join with the revoked identity in place: %s", r)
-		}
-	})
-	t.Run("doctor fails the revoked identity with the way back", func(t *testing.T) {
-		r := run(t, "", nil, "bcd", "doctor", "--config", m.cfg)
-		if r.code != 1 || !regexp.MustCompile(`fail +identity +the control plane (revoked|refused) the certificate of node `+regexp.QuoteMeta(node)).MatchString(r.stdout) ||
-			!strings.Contains(r.stdout, "→ bcd join --reset --yes < token.txt") {
-			t.Errorf("doctor on a revoked node: %s", r)
-		}
+	t.Run("join and doctor say it is revoked and give the way back", func(t *testing.T) {
+		checkDeadIdentity(t, m, "this machine is joined as "+node+", but the control plane",
+			`the control plane (revoked|refused) the certificate of node `+regexp.QuoteMeta(node), wayBack)
 	})
 	t.Run("status shows the revocation with the way back", func(t *testing.T) {
 		r := run(t, "", nil, "bcd", "status", "--config", m.cfg)
@@ -203,6 +193,23 @@ func TestRevocationEndsTheNodeAndItComesBackOnlyByJoiningAgain(t *testing.T) {
 		b := startAgent(t, m)
 		b.waitFor(t, sessionOpenRE, 30*time.Second)
 	})
+}
+
+// checkDeadIdentity checks that bcd join on m's dead identity fails, saying
+// joinSays and the way back, instead of "already joined", and that bcd
+// doctor fails the identity check with a message matching doctorRE and the
+// way back as its fix.
+func checkDeadIdentity(t *testing.T, m *machine, joinSays, doctorRE, wayBack string) {
+	t.Helper()
+	r := run(t, "", m.env(), "bcd", "join", "--config", m.cfg)
+	if r.code != 1 || strings.Contains(r.stdout, "already joined") || !strings.Contains(r.stderr, joinSays) || !strings.Contains(r.stderr, wayBack) {
+		t.Errorf("join on a dead identity: %s", r)
+	}
+	fix := strings.TrimPrefix(wayBack, "join again: ")
+	d := run(t, "", nil, "bcd", "doctor", "--config", m.cfg)
+	if d.code != 1 || !regexp.MustCompile(`fail +identity +`+doctorRE).MatchString(d.stdout) || !strings.Contains(d.stdout, "→ "+fix) {
+		t.Errorf("doctor on a dead identity: %s", d)
+	}
 }
 
 // movedLines returns the "moved aside" lines --reset --yes prints first.
@@ -317,6 +324,17 @@ func TestAJoinWaitsForApproval(t *testing.T) {
 	tok := cp.token(t, "--role", "worker", "--require-approval")
 	j := startJoin(t, m, tok)
 	j.waitFor(t, regexp.MustCompile(`^bcd: waiting for the control plane's approval \(node \S+ waits for approval: fleetd nodes approve \S+\); asking again in 1s$`), 30*time.Second)
+	node := approvePending(t, cp, m)
+	j.waitFor(t, regexp.MustCompile(`^joined as `+regexp.QuoteMeta(node)+` `), 30*time.Second)
+	if code := j.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("join exited %d:\n%s", code, j.log)
+	}
+}
+
+// approvePending approves the one join waiting for approval, after checking
+// that m has no identity yet, and returns its node id.
+func approvePending(t *testing.T, cp *controlPlane, m *machine) string {
+	t.Helper()
 	pend := run(t, "", nil, "fleetd", "nodes", "pending", "--config", cp.config, "--json")
 	node := jsonField(pend.stdout, "node_id")
 	if pend.code != 0 || node == "" {
@@ -328,10 +346,7 @@ func TestAJoinWaitsForApproval(t *testing.T) {
 	if r := run(t, "", nil, "fleetd", "nodes", "approve", node, "--config", cp.config); r.code != 0 {
 		t.Fatalf("nodes approve: %s", r)
 	}
-	j.waitFor(t, regexp.MustCompile(`^joined as `+regexp.QuoteMeta(node)+` `), 30*time.Second)
-	if code := j.wait(t, 30*time.Second); code != 0 {
-		t.Errorf("join exited %d:\n%s", code, j.log)
-	}
+	return node
 }
 
 // startJoin runs bcd join in the background with the token on stdin.

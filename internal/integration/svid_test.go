@@ -102,12 +102,7 @@ func TestATPMNodeWithAnOldFormCertificateRenewsIntoTheNewForm(t *testing.T) {
 		t.Fatalf("the rewritten certificate is not of the old form: %+v, %v", info, err)
 	}
 
-	a := startAgent(t, m)
-	a.waitFor(t, renewedRE, 60*time.Second)
-	_ = a.cmd.Process.Signal(os.Interrupt)
-	if code := a.wait(t, 30*time.Second); code != 0 {
-		t.Fatalf("bcd node exited %d:\n%s", code, a.log)
-	}
+	runUntilRenewed(t, m, 1)
 	renewed, err := loadWithTPM(t, sw, m.dataDir)
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +113,20 @@ func TestATPMNodeWithAnOldFormCertificateRenewsIntoTheNewForm(t *testing.T) {
 	verifySVID(t, renewed)
 	if got := akNameOf(t, renewed.Leaf); !bytes.Equal(got, ak) {
 		t.Errorf("the renewed certificate names AK %x, want %x", got, ak)
+	}
+}
+
+// runUntilRenewed runs bcd node for m until it renewed n times, then stops
+// it and checks it exits cleanly.
+func runUntilRenewed(t *testing.T, m *machine, n int) {
+	t.Helper()
+	a := startAgent(t, m)
+	for range n {
+		a.waitFor(t, renewedRE, 60*time.Second)
+	}
+	_ = a.cmd.Process.Signal(os.Interrupt)
+	if code := a.wait(t, 30*time.Second); code != 0 {
+		t.Fatalf("bcd node exited %d:\n%s", code, a.log)
 	}
 }
 

@@ -83,13 +83,7 @@ func TestTPMJoinReclaimRenewAndClear(t *testing.T) {
 	})
 
 	t.Run("renewals are certified by the AK", func(t *testing.T) {
-		a := startAgent(t, m)
-		a.waitFor(t, renewedRE, 60*time.Second)
-		a.waitFor(t, renewedRE, 60*time.Second)
-		_ = a.cmd.Process.Signal(os.Interrupt)
-		if code := a.wait(t, 30*time.Second); code != 0 {
-			t.Fatalf("bcd node exited %d:\n%s", code, a.log)
-		}
+		runUntilRenewed(t, m, 2)
 		st, err := loadWithTPM(t, sw, m.dataDir)
 		if err != nil {
 			t.Fatal(err)

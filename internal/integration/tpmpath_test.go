@@ -98,17 +98,7 @@ func TestTPMJoinsWithApprovalAndAPipedTokenForAKnownEK(t *testing.T) {
 		tok := cp.token(t, "--role", "worker", "--site", "rack1", "--require-approval")
 		j := startJoin(t, m, tok)
 		j.waitFor(t, regexp.MustCompile(`^bcd: waiting for the control plane's approval \(node \S+ waits for approval: fleetd nodes approve \S+\)`), 60*time.Second)
-		pend := run(t, "", nil, "fleetd", "nodes", "pending", "--config", cp.config, "--json")
-		node = jsonField(pend.stdout, "node_id")
-		if pend.code != 0 || node == "" {
-			t.Fatalf("nodes pending: %s", pend)
-		}
-		if _, err := os.Stat(filepath.Join(m.dataDir, "identity.json")); !os.IsNotExist(err) {
-			t.Fatalf("an identity exists before approval: %v", err)
-		}
-		if r := run(t, "", nil, "fleetd", "nodes", "approve", node, "--config", cp.config); r.code != 0 {
-			t.Fatalf("nodes approve: %s", r)
-		}
+		node = approvePending(t, cp, m)
 		j.waitFor(t, regexp.MustCompile(`^joined as `+regexp.QuoteMeta(node)+` \(site rack1, role worker\)`), 60*time.Second)
 		if code := j.wait(t, 30*time.Second); code != 0 {
 			t.Fatalf("join exited %d:\n%s", code, j.log)
