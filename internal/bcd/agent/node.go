@@ -150,7 +150,7 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 	n := &node{c: c, log: c.Logger.With(logkey.Component, "agent", logkey.NodeID, st.Identity.NodeID), instance: randomID()}
 	n.setState(st)
 	n.nextRenew = n.renewTime()
-	if err := n.expired(nil); err != nil {
+	if err := n.expired(ctx, nil); err != nil {
 		return err
 	}
 	conn, _, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, n.clientCert)
@@ -169,7 +169,7 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 		case errors.Is(err, ErrRevoked), errors.Is(err, ErrRefused), errors.Is(err, ErrExpired):
 			return err
 		}
-		if xerr := n.expired(err); xerr != nil {
+		if xerr := n.expired(ctx, n.lastErr); xerr != nil {
 			return xerr
 		}
 		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", reconnect.String(), logkey.Error, err)
@@ -289,7 +289,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			if inflight != nil {
 				continue
 			}
-			if err := n.expired(n.lastErr); err != nil {
+			if err := n.expired(ctx, n.lastErr); err != nil {
 				return err
 			}
 			r, err := n.startRenewal(ctx)
@@ -359,7 +359,7 @@ func (n *node) streamErr(ctx context.Context, _ gatewayv1.Gateway_SessionClient,
 // expired returns ErrExpired, with the way back, once the current
 // certificate's NotAfter has passed; last is the failure that kept it from
 // renewing, if any.
-func (n *node) expired(last error) error {
+func (n *node) expired(ctx context.Context, last error) error {
 	st := n.state()
 	now := n.c.Now()
 	if !now.After(st.Leaf.NotAfter) {
@@ -369,7 +369,7 @@ func (n *node) expired(last error) error {
 	if last != nil {
 		why = fmt.Sprintf(" (the last renewal failed: %v)", last)
 	}
-	n.log.Error("the node certificate expired; an expired certificate never renews", "not_after", st.Leaf.NotAfter.UTC().Format(time.RFC3339), logkey.Error, last)
+	n.log.ErrorContext(ctx, "the node certificate expired; an expired certificate never renews", "not_after", st.Leaf.NotAfter.UTC().Format(time.RFC3339), logkey.Error, last)
 	return fmt.Errorf("%w at %s%s; an expired certificate never renews, so bcd node stops; join again: %s",
 		ErrExpired, st.Leaf.NotAfter.UTC().Format(time.RFC3339), why, identity.WayBack(st.Identity.Attestor))
 }
