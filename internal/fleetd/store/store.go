@@ -13,6 +13,10 @@ var (
 	// ErrConflict means the write lost a race or would overwrite a record
 	// that must stay unique (a node id taken, a token already used).
 	ErrConflict = errors.New("conflict")
+	// ErrUnavailable means the store could not be reached (a database
+	// server down or a connection lost): nothing was decided, and the same
+	// call may succeed once the store is back.
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Node states (seed 003's lifecycle; only active is used by joins today).
