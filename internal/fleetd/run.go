@@ -15,7 +15,6 @@ import (
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
-	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -45,7 +44,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data_dir: %w", err)
 	}
-	st, err := sqlite.Open(ctx, cfg.Resolve(cfg.Store.Path))
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -68,6 +67,8 @@ func Run(ctx context.Context, o Options) error {
 		RenewalWindow:    cfg.RenewalWindow.Duration,
 		RamdiskRoles:     cfg.RamdiskRoles,
 		PendingPoll:      cfg.PendingPoll.Duration,
+
+		AdvertiseAddresses: cfg.AdvertiseAddresses,
 	})
 	if err != nil {
 		return err
@@ -111,7 +112,7 @@ func Run(ctx context.Context, o Options) error {
 			errc <- err
 		}()
 	}
-	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain)
+	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain, "store", cfg.Store.Driver)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String(), httpAddr)
 	}
