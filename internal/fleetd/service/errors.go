@@ -39,6 +39,11 @@ func (e *callError) Error() string {
 
 func (e *callError) Unwrap() error { return e.cause }
 
+// storeRetry is the pushback of a call refused because the store could not
+// be reached: long enough not to hammer a database that is coming back,
+// short enough that service resumes soon after it does.
+const storeRetry = 5 * time.Second
+
 // refused is a refusal whose message the caller may read.
 func refused(code codes.Code, format string, args ...any) *callError {
 	return &callError{code: code, msg: fmt.Sprintf(format, args...)}
@@ -85,6 +90,13 @@ func (s *Server) classify(ctx context.Context, err error, attrs ...any) *callErr
 	}
 	if ce.cause != nil {
 		s.log.ErrorContext(ctx, ce.op+" failed", append(append(attrs, ce.attrs...), logkey.Error, ce.cause)...)
+	}
+	if ce.pushback == 0 && errors.Is(ce.cause, store.ErrUnavailable) {
+		// The database is away: nothing was decided; the caller waits
+		// and tries again (the node keeps its certificate and session).
+		out := *ce
+		out.pushback = storeRetry
+		return &out
 	}
 	return ce
 }

@@ -21,6 +21,10 @@ const maxInstanceID = 64
 type session struct {
 	nodeID   string
 	instance string
+	// generation is the node's identity generation when the session
+	// opened; a revocation reported by another replica ends the session
+	// only if it raised the generation above this.
+	generation uint64
 	// notice receives at most one revocation; the handler sends it to
 	// the node and ends the stream.
 	notice chan *gatewayv1.RevocationNotice
@@ -137,6 +141,25 @@ func (r *sessions) notify(nodeID string, n *gatewayv1.RevocationNotice) bool {
 	return ok
 }
 
+// notifyOlder sends a revocation that raised the node to generation gen to
+// the node's live session here, if it has one of an older generation, and
+// reports whether it did. A revocation heard from another replica (or
+// heard twice) thus never ends the session of a node that joined again
+// since.
+func (r *sessions) notifyOlder(nodeID string, gen uint64, n *gatewayv1.RevocationNotice) bool {
+	r.mu.Lock()
+	sess, ok := r.byNode[nodeID]
+	ok = ok && sess.generation < gen
+	if ok {
+		delete(r.byNode, nodeID)
+	}
+	r.mu.Unlock()
+	if ok {
+		sess.revoke(n)
+	}
+	return ok
+}
+
 // closeAll ends every session on this server (shutdown); their nodes
 // reconnect, to this server when it is back or to another replica.
 func (r *sessions) closeAll() {
@@ -192,6 +215,7 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 		return refused(codes.InvalidArgument, "a session starts with Hello naming the process's instance id")
 	}
 	sess := newSession(caller.node.ID, hello.InstanceId)
+	sess.generation = caller.node.Generation
 	defer close(sess.done)
 	if old := s.sessions.add(sess); old != nil {
 		// Another process holds a session for this node. If it still
