@@ -117,7 +117,17 @@ CREATE TABLE node_tombstones (
 	deleted_at timestamptz
 );
 `,
-	// PostgreSQL only (SQLite serves one process): every revocation, in
+	// 5: the open rounds of tpm joins, so that an answer may come back to
+	// any replica.
+	`
+CREATE TABLE tpm_challenges (
+	id        text PRIMARY KEY,
+	not_after timestamptz,
+	state     bytea NOT NULL
+);
+CREATE INDEX tpm_challenges_not_after ON tpm_challenges (not_after);
+`,
+	// 6, PostgreSQL only (SQLite serves one process): every revocation, in
 	// commit order, for the replicas' catch-up read after a lost
 	// notification. The same transaction sends the NOTIFY.
 	`
