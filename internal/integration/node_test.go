@@ -196,7 +196,7 @@ func renewWith(t *testing.T, cp *controlPlane, st *identity.State) codes.Code {
 	t.Helper()
 	pins := parsePins(t, cp)
 	cert := tlsCert(st)
-	conn, _, err := agent.Dial(cp.addr, "fleetd.test", pins.ServingCA, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil })
+	conn, _, _, err := agent.Dial([]string{cp.addr}, "fleetd.test", pins.ServingCA, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,10 @@ const (
 
 // NodeConfig configures the long-running agent.
 type NodeConfig struct {
-	Server     string
+	// Servers are the control plane's addresses (its replicas); the
+	// session moves to another when one is down, and the well-known
+	// document may add more.
+	Servers    []string
 	ServerName string
 	Pins       config.Pins
 	DataDir    string
@@ -142,12 +145,13 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 	n := &node{c: c, log: c.Logger.With(logkey.Component, "agent", logkey.NodeID, st.Identity.NodeID), instance: randomID()}
 	n.setState(st)
 	n.nextRenew = n.renewTime()
-	conn, _, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, n.clientCert)
+	conn, _, endpoints, err := Dial(c.Servers, c.ServerName, c.Pins.ServingCA, n.clientCert)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	gw := gatewayv1.NewGatewayClient(conn)
+	n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
 
 	reconnect := time.Second
 	for {
@@ -159,6 +163,7 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 			return err
 		}
 		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", reconnect.String(), logkey.Error, err)
+		n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
 		if err := sleep(ctx, reconnect); err != nil {
 			return nil
 		}

@@ -48,8 +48,9 @@ failure what to do. Exit status: 0 when all pass, 3 for a warning, 1 for a failu
 			}
 			if cfg != nil {
 				results = append(results, doctor.CheckTPM(tpmFacts(cfg)))
-				offset, err := agent.ClockOffset(cmd.Context(), cfg.Server, cfg.ServerName, cfg.Pins.ServingCA)
-				results = append(results, doctor.CheckReachable(cfg.Server, err))
+				addr := cfg.Addresses()[0]
+				offset, err := agent.ClockOffset(cmd.Context(), addr, cfg.ServerName, cfg.Pins.ServingCA)
+				results = append(results, doctor.CheckReachable(addr, err))
 				if err == nil {
 					results = append(results, doctor.CheckClock(offset, nil))
 				}

@@ -88,7 +88,7 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 		return err
 	}
 	jc := agent.JoinConfig{
-		Server:     cfg.Server,
+		Servers:    cfg.Addresses(),
 		ServerName: cfg.ServerName,
 		Pins:       cfg.Pins,
 		DataDir:    cfg.DataDir,
