@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -67,6 +68,11 @@ type Server struct {
 	log       *slog.Logger
 	wellKnown []byte
 	clientCAs *x509.CertPool
+	// replica names this process among the replicas that share a store.
+	replica string
+	// probes are the answers awaited from other replicas, by probe id.
+	probeMu sync.Mutex
+	probes  map[string]chan string
 }
 
 // New checks cfg and builds a Server.
@@ -114,7 +120,8 @@ func New(cfg Config) (*Server, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(cfg.Authority.ServingCA)
 	pool.AddCert(cfg.Authority.NodeCA)
-	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions()}
+	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(),
+		replica: randomHex(8), probes: map[string]chan string{}}
 	s.metrics = newMetrics(s)
 	return s, nil
 }

@@ -185,6 +185,27 @@ func (r *sessions) closed() <-chan struct{} {
 	return r.closing
 }
 
+// get returns the node's live session here, or nil.
+func (r *sessions) get(nodeID string) *session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byNode[nodeID]
+}
+
+// drop ends the node's session here if it is the one of instance (taken
+// over on another replica), and reports whether it did.
+func (r *sessions) drop(nodeID, instance string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sess, ok := r.byNode[nodeID]
+	if !ok || sess.instance != instance {
+		return false
+	}
+	delete(r.byNode, nodeID)
+	close(sess.replaced)
+	return true
+}
+
 // count is the number of live sessions.
 func (r *sessions) count() int {
 	r.mu.Lock()
@@ -229,6 +250,13 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 		s.log.InfoContext(ctx, "session replaced one that no longer answers", logkey.NodeID, sess.nodeID)
 	}
 	defer s.sessions.remove(sess)
+	if notice, err := s.claimAcrossReplicas(ctx, sess); err != nil {
+		return err
+	} else if notice != nil {
+		_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: notice}})
+		return refused(codes.Unauthenticated, "certificate revoked: %s", notice.Reason)
+	}
+	defer s.releaseAcrossReplicas(ctx, sess)
 	s.log.InfoContext(ctx, "session opened", logkey.NodeID, sess.nodeID, logkey.Instance, capClaim(sess.instance), logkey.Peer, peerAddr(ctx))
 
 	if err := stream.Send(&gatewayv1.SessionResponse{Id: first.Id, Body: &gatewayv1.SessionResponse_Welcome{Welcome: &gatewayv1.Welcome{

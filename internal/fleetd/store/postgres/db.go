@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,10 @@ type DB struct {
 	// dsn is the connection string, kept for the revocation listener's
 	// own connection.
 	cfg *pgxpool.Config
+
+	// onSession receives the session messages the revocation listener
+	// hears (sessions.go).
+	onSession atomic.Pointer[func(store.SessionMessage)]
 }
 
 var _ store.Store = (*DB)(nil)

@@ -123,7 +123,7 @@ func (d *DB) listen(ctx context.Context, ready func(*pgx.Conn) error, fn func(st
 		return fmt.Errorf("connect the revocation listener: %w", wrap(err))
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+revocationChannel); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+revocationChannel+"; LISTEN "+sessionChannel); err != nil {
 		return fmt.Errorf("listen for revocations: %w", wrap(err))
 	}
 	if err := ready(conn); err != nil {
@@ -150,6 +150,10 @@ func (d *DB) listen(ctx context.Context, ready func(*pgx.Conn) error, fn func(st
 			return fmt.Errorf("revocation listener: %w", wrap(err))
 		}
 		*lastContact = time.Now()
+		if n.Channel == sessionChannel {
+			d.deliverSessionMessage(n.Payload)
+			continue
+		}
 		var m revocationMsg
 		if err := json.Unmarshal([]byte(n.Payload), &m); err != nil || m.NodeID == "" {
 			continue // not ours

@@ -140,6 +140,16 @@ CREATE TABLE revocations (
 );
 CREATE INDEX revocations_at ON revocations (at);
 `,
+	// 7, PostgreSQL only: which replica holds each node's live session,
+	// for clone detection across replicas.
+	`
+CREATE TABLE live_sessions (
+	node_id   text PRIMARY KEY,
+	instance  text NOT NULL,
+	replica   text NOT NULL,
+	opened_at timestamptz NOT NULL
+);
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate
