@@ -313,7 +313,7 @@ func TestSecondSession(t *testing.T) {
 		first, _ := openSession(t, gw, "proc-a")
 		openSession(t, gw, "proc-a")
 		_, err := first.Recv()
-		wantStatus(t, err, codes.Aborted, "replaced by a newer session of the same process")
+		wantStatus(t, err, codes.Aborted, "replaced by a newer session of this node")
 		if got := e.storedNode(t, n.id).State; got != store.StateActive {
 			t.Errorf("node state %s, want active", got)
 		}
@@ -366,7 +366,7 @@ func TestSecondSession(t *testing.T) {
 			t.Fatalf("first session got %v, %v; want the probe", m, err)
 		}
 		_, err = first.Recv()
-		wantStatus(t, err, codes.Aborted, "replaced by a newer session of the same process")
+		wantStatus(t, err, codes.Aborted, "replaced by a newer session of this node")
 		if got := e.storedNode(t, n.id).State; got != store.StateActive {
 			t.Errorf("node state %s, want active", got)
 		}
