@@ -34,7 +34,7 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 
 	a := startAgent(t, m)
 	a.waitFor(t, sessionOpenRE, 30*time.Second)
-	serials := map[string]bool{first.Leaf.SerialNumber.Text(16): true}
+	serials := map[string]bool{pki.SerialHex(first.Leaf): true}
 	keys := map[string]bool{joinKey.String(): true}
 	for i := 0; i < 3; i++ {
 		got := a.waitFor(t, renewedRE, 30*time.Second)
@@ -62,7 +62,7 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 	if !keys[pin.String()] || pin == joinKey {
 		t.Errorf("the stored key %s is not one the renewals certified", pin)
 	}
-	if !serials[now.Leaf.SerialNumber.Text(16)] || now.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
+	if !serials[pki.SerialHex(now.Leaf)] || now.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
 		t.Errorf("the stored certificate %x is not one the renewals returned", now.Leaf.SerialNumber)
 	}
 	if show := run(t, "", nil, "fleetd", "nodes", "show", node, "--config", cp.config, "--json"); jsonField(show.stdout, "state") != "active" {

@@ -199,6 +199,10 @@ func (n *node) clientCert(*tls.CertificateRequestInfo) (*tls.Certificate, error)
 	return n.cert, nil
 }
 
+// untilRenew is how long the next renewal attempt waits, on the agent's
+// clock (NodeConfig.Now), the one nextRenew was computed on.
+func (n *node) untilRenew() time.Duration { return n.nextRenew.Sub(n.c.Now()) }
+
 // renewTime is RenewFraction into the current leaf's lifetime.
 func (n *node) renewTime() time.Time {
 	return RenewTime(n.state().Leaf, n.c.RenewFraction)
@@ -268,7 +272,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			closeKey(inflight.key)
 		}
 	}()
-	timer := time.NewTimer(time.Until(n.nextRenew))
+	timer := time.NewTimer(n.untilRenew())
 	defer timer.Stop()
 	for {
 		select {
@@ -283,7 +287,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			r, err := n.startRenewal(ctx)
 			if err != nil {
 				n.renewalFailed(ctx, err, 0)
-				timer.Reset(time.Until(n.nextRenew))
+				timer.Reset(n.untilRenew())
 				continue
 			}
 			nextID++
@@ -297,7 +301,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			n.renewalFailed(ctx, errors.New("no answer to the renewal within 30s"), 0)
 			closeKey(inflight.key)
 			inflight, deadline = nil, nil
-			timer.Reset(time.Until(n.nextRenew))
+			timer.Reset(n.untilRenew())
 		case m := <-msgs:
 			switch b := m.Body.(type) {
 			case *gatewayv1.SessionResponse_Revoked:
@@ -315,7 +319,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 					closeKey(inflight.key)
 				}
 				inflight, deadline = nil, nil
-				timer.Reset(time.Until(n.nextRenew))
+				timer.Reset(n.untilRenew())
 			case *gatewayv1.SessionResponse_Error:
 				if inflight == nil || m.Id != inflight.id {
 					continue
@@ -324,7 +328,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 				n.renewalFailed(ctx, fmt.Errorf("%s: %s", codes.Code(e.Code), e.Message), time.Duration(e.RetryPushbackMs)*time.Millisecond)
 				closeKey(inflight.key)
 				inflight, deadline = nil, nil
-				timer.Reset(time.Until(n.nextRenew))
+				timer.Reset(n.untilRenew())
 			}
 		}
 	}
@@ -516,9 +520,9 @@ func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.Sig
 	n.attempt, n.backoff = 0, 0
 	n.nextRenew = n.renewTime()
 	keyPin, _ := pki.PinOf(r.key.Public())
-	n.log.InfoContext(ctx, "renewed", logkey.Serial, fmt.Sprintf("%x", opened.Leaf.SerialNumber), "key", keyPin.String(),
+	n.log.InfoContext(ctx, "renewed", logkey.Serial, pki.SerialHex(opened.Leaf), "key", keyPin.String(),
 		"not_after", opened.Leaf.NotAfter.UTC().Format(time.RFC3339), "next_renewal", n.nextRenew.UTC().Format(time.RFC3339))
-	n.journal(ctx, JournalRenewed, fmt.Sprintf("serial %x until %s", opened.Leaf.SerialNumber, opened.Leaf.NotAfter.UTC().Format(time.RFC3339)))
+	n.journal(ctx, JournalRenewed, fmt.Sprintf("serial %s until %s", pki.SerialHex(opened.Leaf), opened.Leaf.NotAfter.UTC().Format(time.RFC3339)))
 	return nil
 }
 
@@ -535,7 +539,7 @@ func (n *node) renewalFailed(ctx context.Context, err error, pushback time.Durat
 		}
 		wait = n.backoff
 	}
-	expiresIn := time.Until(n.state().Leaf.NotAfter).Round(time.Second)
+	expiresIn := n.state().Leaf.NotAfter.Sub(n.c.Now()).Round(time.Second)
 	n.log.WarnContext(ctx, "renewal failed", "attempt", n.attempt, "expiresIn", expiresIn.String(), "retry_in", wait.String(), logkey.Error, err)
 	n.journal(ctx, JournalRenewalFailed, fmt.Sprintf("attempt %d: %v", n.attempt, err))
 	n.nextRenew = n.c.Now().Add(wait)

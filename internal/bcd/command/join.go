@@ -24,6 +24,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/journal"
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/version"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // claimsRootEnv points hardware claims at another folder tree than the
@@ -147,7 +148,7 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 	if res.Already {
 		verb = "already joined as"
 	} else {
-		appendJournal(cmd, jc.DataDir, journal.KindJoined, id.NodeID, fmt.Sprintf("serial %x generation %d", res.State.Leaf.SerialNumber, id.Generation))
+		appendJournal(cmd, jc.DataDir, journal.KindJoined, id.NodeID, fmt.Sprintf("serial %s generation %d", pki.SerialHex(res.State.Leaf), id.Generation))
 	}
 	if underHelper && !res.Already {
 		if err := handOver(jc.DataDir, cfg.Helper.User); err != nil {

@@ -110,7 +110,7 @@ func (s *Server) wireError(ctx context.Context, err error, attrs ...any) error {
 	}
 	ce := s.classify(ctx, err, attrs...)
 	if ce.pushback > 0 {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(ce.pushback.Milliseconds(), 10)))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(ceilMillis(ce.pushback), 10)))
 	}
 	return status.Error(ce.code, ce.msg)
 }
@@ -119,7 +119,7 @@ func (s *Server) wireError(ctx context.Context, err error, attrs ...any) error {
 // Error answer the session carries.
 func (s *Server) sessionError(ctx context.Context, err error, attrs ...any) *gatewayv1.Error {
 	ce := s.classify(ctx, err, attrs...)
-	return &gatewayv1.Error{Code: uint32(ce.code), Message: ce.msg, RetryPushbackMs: uint32(ce.pushback.Milliseconds())}
+	return &gatewayv1.Error{Code: uint32(ce.code), Message: ce.msg, RetryPushbackMs: uint32(ceilMillis(ce.pushback))}
 }
 
 // codeOf is the wire code err will be answered with, for metrics.
@@ -154,4 +154,10 @@ func (s *Server) unaryErrors(ctx context.Context, req any, _ *grpc.UnaryServerIn
 // streamErrors answers every stream's error through wireError.
 func (s *Server) streamErrors(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	return s.wireError(ss.Context(), h(srv, ss))
+}
+
+// ceilMillis is d in whole milliseconds, rounded up: a node that waits
+// exactly the pushback it was told must not come back early.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

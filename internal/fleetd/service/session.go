@@ -299,7 +299,7 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 		case <-shutdown:
 			return refused(codes.Unavailable, "fleetd is shutting down; reconnect")
 		case <-sess.replaced:
-			return refused(codes.Aborted, "replaced by a newer session of the same process")
+			return refused(codes.Aborted, "replaced by a newer session of this node (the same process reconnected, or a new one after this one stopped answering)")
 		case err := <-recvErr:
 			s.log.DebugContext(ctx, "session closed", logkey.NodeID, sess.nodeID, logkey.Error, err)
 			return nil
