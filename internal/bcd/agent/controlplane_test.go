@@ -173,7 +173,7 @@ func (cp *controlPlane) joinNode(t *testing.T, due bool) (string, *identity.Stat
 	n := hostSeq.Add(1)
 	dir := t.TempDir()
 	res, err := agent.Join(t.Context(), agent.JoinConfig{
-		Server: cp.addr, ServerName: "localhost", Pins: cp.pins, JWK: cp.jwk, DataDir: dir,
+		Servers: []string{cp.addr}, ServerName: "localhost", Pins: cp.pins, JWK: cp.jwk, DataDir: dir,
 		Token:  func() ([]byte, error) { return []byte(resp.Token), nil },
 		Claims: hwclaims.Claims{ProductUUID: fmt.Sprintf("00000000-0000-4000-8000-%012d", n), Hostname: fmt.Sprintf("node-%d", n)},
 	})
@@ -304,7 +304,7 @@ func (r *running) stop(t *testing.T) error {
 // nodeConfig is the agent's configuration for the identity in dir.
 func (cp *controlPlane) nodeConfig(dir string, w *watch) agent.NodeConfig {
 	return agent.NodeConfig{
-		Server: cp.addr, ServerName: "localhost", Pins: cp.pins, DataDir: dir, Version: "test",
+		Servers: []string{cp.addr}, ServerName: "localhost", Pins: cp.pins, DataDir: dir, Version: "test",
 		Logger: slog.New(w), Journal: w,
 		BackoffMin: 20 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
 	}

@@ -22,7 +22,7 @@ func (cp *controlPlane) joinConfig(t *testing.T, dir, secret, hostname string, t
 	t.Helper()
 	n := hostSeq.Add(1)
 	return agent.JoinConfig{
-		Server: cp.addr, ServerName: "localhost", Pins: cp.pins, DataDir: dir,
+		Servers: []string{cp.addr}, ServerName: "localhost", Pins: cp.pins, DataDir: dir,
 		Token: func() ([]byte, error) {
 			if tokenRead != nil {
 				*tokenRead = true

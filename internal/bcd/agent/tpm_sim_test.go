@@ -100,7 +100,7 @@ func TestSimTPMJoinRenewsWithTheAK(t *testing.T) {
 	dir := t.TempDir()
 	cp.shift.Store(int64(-50 * time.Minute)) // due for renewal at once
 	res, err := agent.Join(t.Context(), agent.JoinConfig{
-		Server: cp.addr, ServerName: "localhost", Pins: cp.pins, JWK: cp.jwk, DataDir: dir,
+		Servers: []string{cp.addr}, ServerName: "localhost", Pins: cp.pins, JWK: cp.jwk, DataDir: dir,
 		Attestor: "tpm", TPM: tpmIface,
 		Token:  func() ([]byte, error) { return []byte(resp.Token), nil },
 		Claims: hwclaims.Claims{ProductUUID: "00000000-0000-4000-8000-00000000abcd", Hostname: "gpu-1"},

@@ -15,7 +15,7 @@ import (
 
 func TestWellKnownDocument(t *testing.T) {
 	e := newEnv(t)
-	want, err := service.WellKnownDocument(e.auth)
+	want, err := service.WellKnownDocument(e.auth, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

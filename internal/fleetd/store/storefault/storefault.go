@@ -300,3 +300,19 @@ func (f *Store) Close() error {
 	}
 	return f.Store.Close()
 }
+
+// PutChallenge implements store.Store.
+func (f *Store) PutChallenge(ctx context.Context, c store.Challenge, now time.Time, max int) error {
+	if err := f.enter(ctx, "PutChallenge"); err != nil {
+		return err
+	}
+	return f.Store.PutChallenge(ctx, c, now, max)
+}
+
+// TakeChallenge implements store.Store.
+func (f *Store) TakeChallenge(ctx context.Context, id string) (store.Challenge, error) {
+	if err := f.enter(ctx, "TakeChallenge"); err != nil {
+		return store.Challenge{}, err
+	}
+	return f.Store.TakeChallenge(ctx, id)
+}
