@@ -16,7 +16,6 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
-	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -53,7 +52,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data_dir: %w", err)
 	}
-	st, err := sqlite.Open(ctx, cfg.Resolve(cfg.Store.Path))
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -76,6 +75,8 @@ func Run(ctx context.Context, o Options) error {
 		RenewalWindow:    cfg.RenewalWindow.Duration,
 		RamdiskRoles:     cfg.RamdiskRoles,
 		PendingPoll:      cfg.PendingPoll.Duration,
+
+		AdvertiseAddresses: cfg.AdvertiseAddresses,
 	})
 	if err != nil {
 		return err
@@ -119,7 +120,7 @@ func Run(ctx context.Context, o Options) error {
 			errc <- err
 		}()
 	}
-	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain)
+	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain, "store", cfg.Store.Driver)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String(), httpAddr)
 	}

@@ -35,7 +35,7 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 
 	a := startAgent(t, m)
 	a.waitFor(t, sessionOpenRE, 30*time.Second)
-	serials := map[string]bool{first.Leaf.SerialNumber.Text(16): true}
+	serials := map[string]bool{pki.SerialHex(first.Leaf): true}
 	keys := map[string]bool{joinKey.String(): true}
 	for i := 0; i < 3; i++ {
 		got := a.waitFor(t, renewedRE, 30*time.Second)
@@ -64,7 +64,7 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 	if !keys[pin.String()] || pin == joinKey {
 		t.Errorf("the stored key %s is not one the renewals certified", pin)
 	}
-	if !serials[now.Leaf.SerialNumber.Text(16)] || now.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
+	if !serials[pki.SerialHex(now.Leaf)] || now.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
 		t.Errorf("the stored certificate %x is not one the renewals returned", now.Leaf.SerialNumber)
 	}
 	if show := run(t, "", nil, "fleetd", "nodes", "show", node, "--config", cp.config, "--json"); jsonField(show.stdout, "state") != "active" {
@@ -230,7 +230,7 @@ func renewWith(t *testing.T, cp *controlPlane, st *identity.State) codes.Code {
 	t.Helper()
 	pins := parsePins(t, cp)
 	cert := tlsCert(st)
-	conn, _, err := agent.Dial(cp.addr, "fleetd.test", pins.ServingCA, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil })
+	conn, _, _, err := agent.Dial([]string{cp.addr}, "fleetd.test", pins.ServingCA, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,7 +197,7 @@ func newTPMClient(t *testing.T, cp *controlPlane, sw *tpmtest.Swtpm) *tpmClient 
 		t.Fatal(err)
 	}
 	pins := parsePins(t, cp)
-	conn, _, err := agent.Dial(cp.addr, "fleetd.test", pins.ServingCA, nil)
+	conn, _, _, err := agent.Dial([]string{cp.addr}, "fleetd.test", pins.ServingCA, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

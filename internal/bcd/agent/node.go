@@ -60,7 +60,10 @@ const (
 
 // NodeConfig configures the long-running agent.
 type NodeConfig struct {
-	Server     string
+	// Servers are the control plane's addresses (its replicas); the
+	// session moves to another when one is down, and the well-known
+	// document may add more.
+	Servers    []string
 	ServerName string
 	Pins       config.Pins
 	DataDir    string
@@ -153,12 +156,13 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 	if err := n.expired(ctx, nil); err != nil {
 		return err
 	}
-	conn, _, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, n.clientCert)
+	conn, _, endpoints, err := Dial(c.Servers, c.ServerName, c.Pins.ServingCA, n.clientCert)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	gw := gatewayv1.NewGatewayClient(conn)
+	n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
 
 	reconnect := time.Second
 	for {
@@ -173,6 +177,7 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 			return xerr
 		}
 		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", reconnect.String(), logkey.Error, err)
+		n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
 		if err := sleep(ctx, reconnect); err != nil {
 			return nil
 		}
@@ -207,6 +212,10 @@ func (n *node) clientCert(*tls.CertificateRequestInfo) (*tls.Certificate, error)
 	defer n.mu.Unlock()
 	return n.cert, nil
 }
+
+// untilRenew is how long the next renewal attempt waits, on the agent's
+// clock (NodeConfig.Now), the one nextRenew was computed on.
+func (n *node) untilRenew() time.Duration { return n.nextRenew.Sub(n.c.Now()) }
 
 // renewTime is RenewFraction into the current leaf's lifetime.
 func (n *node) renewTime() time.Time {
@@ -277,7 +286,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			closeKey(inflight.key)
 		}
 	}()
-	timer := time.NewTimer(time.Until(n.nextRenew))
+	timer := time.NewTimer(n.untilRenew())
 	defer timer.Stop()
 	for {
 		select {
@@ -295,7 +304,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			r, err := n.startRenewal(ctx)
 			if err != nil {
 				n.renewalFailed(ctx, err, 0)
-				timer.Reset(time.Until(n.nextRenew))
+				timer.Reset(n.untilRenew())
 				continue
 			}
 			nextID++
@@ -309,7 +318,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			n.renewalFailed(ctx, errors.New("no answer to the renewal within 30s"), 0)
 			closeKey(inflight.key)
 			inflight, deadline = nil, nil
-			timer.Reset(time.Until(n.nextRenew))
+			timer.Reset(n.untilRenew())
 		case m := <-msgs:
 			switch b := m.Body.(type) {
 			case *gatewayv1.SessionResponse_Revoked:
@@ -327,7 +336,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 					closeKey(inflight.key)
 				}
 				inflight, deadline = nil, nil
-				timer.Reset(time.Until(n.nextRenew))
+				timer.Reset(n.untilRenew())
 			case *gatewayv1.SessionResponse_Error:
 				if inflight == nil || m.Id != inflight.id {
 					continue
@@ -336,7 +345,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 				n.renewalFailed(ctx, fmt.Errorf("%s: %s", codes.Code(e.Code), e.Message), time.Duration(e.RetryPushbackMs)*time.Millisecond)
 				closeKey(inflight.key)
 				inflight, deadline = nil, nil
-				timer.Reset(time.Until(n.nextRenew))
+				timer.Reset(n.untilRenew())
 			}
 		}
 	}
@@ -548,9 +557,9 @@ func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.Sig
 	n.attempt, n.backoff, n.lastErr = 0, 0, nil
 	n.nextRenew = n.renewTime()
 	keyPin, _ := pki.PinOf(r.key.Public())
-	n.log.InfoContext(ctx, "renewed", logkey.Serial, fmt.Sprintf("%x", opened.Leaf.SerialNumber), "key", keyPin.String(),
+	n.log.InfoContext(ctx, "renewed", logkey.Serial, pki.SerialHex(opened.Leaf), "key", keyPin.String(),
 		"not_after", opened.Leaf.NotAfter.UTC().Format(time.RFC3339), "next_renewal", n.nextRenew.UTC().Format(time.RFC3339))
-	n.journal(ctx, JournalRenewed, fmt.Sprintf("serial %x until %s", opened.Leaf.SerialNumber, opened.Leaf.NotAfter.UTC().Format(time.RFC3339)))
+	n.journal(ctx, JournalRenewed, fmt.Sprintf("serial %s until %s", pki.SerialHex(opened.Leaf), opened.Leaf.NotAfter.UTC().Format(time.RFC3339)))
 	return nil
 }
 
@@ -567,7 +576,7 @@ func (n *node) renewalFailed(ctx context.Context, err error, pushback time.Durat
 		}
 		wait = n.backoff
 	}
-	expiresIn := time.Until(n.state().Leaf.NotAfter).Round(time.Second)
+	expiresIn := n.state().Leaf.NotAfter.Sub(n.c.Now()).Round(time.Second)
 	n.log.WarnContext(ctx, "renewal failed", "attempt", n.attempt, "expiresIn", expiresIn.String(), "retry_in", wait.String(), logkey.Error, err)
 	n.journal(ctx, JournalRenewalFailed, fmt.Sprintf("attempt %d: %v", n.attempt, err))
 	n.lastErr = err

@@ -65,8 +65,9 @@ others may read.`,
 			}
 			if cfg != nil {
 				results = append(results, doctor.CheckTPM(tpmFacts(cfg)))
-				offset, err := agent.ClockOffset(cmd.Context(), cfg.Server, cfg.ServerName, cfg.Pins.ServingCA)
-				results = append(results, doctor.CheckReachable(cfg.Server, err))
+				addr := cfg.Addresses()[0]
+				offset, err := agent.ClockOffset(cmd.Context(), addr, cfg.ServerName, cfg.Pins.ServingCA)
+				results = append(results, doctor.CheckReachable(addr, err))
 				if err == nil {
 					results = append(results, doctor.CheckClock(offset, nil))
 				}

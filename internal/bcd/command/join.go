@@ -26,6 +26,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/version"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // claimsRootEnv points hardware claims at another folder tree than the
@@ -120,7 +121,7 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 	stderr := cmd.ErrOrStderr()
 	warn := func(msg string) { fmt.Fprintln(stderr, "bcd: warning: "+msg) }
 	jc := agent.JoinConfig{
-		Server:     cfg.Server,
+		Servers:    cfg.Addresses(),
 		ServerName: cfg.ServerName,
 		Pins:       cfg.Pins,
 		DataDir:    cfg.DataDir,
@@ -186,7 +187,7 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 			return err
 		}
 	} else {
-		appendJournal(cmd, jc.DataDir, journal.KindJoined, id.NodeID, fmt.Sprintf("serial %x generation %d", res.State.Leaf.SerialNumber, id.Generation))
+		appendJournal(cmd, jc.DataDir, journal.KindJoined, id.NodeID, fmt.Sprintf("serial %s generation %d", pki.SerialHex(res.State.Leaf), id.Generation))
 	}
 	if underHelper && !res.Already {
 		if err := handOver(jc.DataDir, cfg.Helper.User); err != nil {

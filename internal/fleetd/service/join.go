@@ -258,7 +258,7 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for node %s: %w", in.nodeID, err)
 	}
-	serial := serialHex(leaf)
+	serial := pki.SerialHex(leaf)
 	actor := "ek:" + in.ekPin
 	var tokenHash []byte
 	if in.token != nil {
@@ -448,8 +448,6 @@ func capList(in []string) []string {
 	}
 	return out
 }
-
-func serialHex(c *x509.Certificate) string { return hex.EncodeToString(c.SerialNumber.Bytes()) }
 
 func newRequestID() string { return randomHex(8) }
 

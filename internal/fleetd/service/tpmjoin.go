@@ -6,10 +6,12 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
@@ -22,13 +24,14 @@ const (
 	// MaxChallengeRounds is the most JoinChallenge rounds one tpm join
 	// gets; a wrong answer in the last is a refusal.
 	MaxChallengeRounds = 3
-	// maxOpenChallenges bounds the challenges held in memory, so
-	// unauthenticated requests cannot grow it without limit.
+	// maxOpenChallenges bounds the challenges held in the store, so
+	// requests cannot grow it without limit.
 	maxOpenChallenges = 65536
 	nonceSize         = 32
 )
 
-// challenge is one open round of a tpm join, held until its answer.
+// challenge is one open round of a tpm join, held in the store until its
+// answer, which may come back to another replica.
 type challenge struct {
 	id       string
 	round    uint32
@@ -45,39 +48,81 @@ type challenge struct {
 	pendingID string
 }
 
-// challenges holds open rounds by deferral id. A round is taken out when
-// its answer arrives, so an answer cannot be replayed.
-type challenges struct {
-	mu sync.Mutex
-	m  map[string]*challenge
+// challengeState is a round as the store keeps it (store.Challenge.State).
+// The node the EK belongs to is kept by id and read again with the answer.
+type challengeState struct {
+	Round           uint32 `json:"round"`
+	Nonce           []byte `json:"nonce"`
+	Secret          []byte `json:"secret"`
+	CredentialBlob  []byte `json:"credential_blob"`
+	EncryptedSecret []byte `json:"encrypted_secret"`
+	AKNameBound     []byte `json:"ak_name_bound"`
+	CSRHash         []byte `json:"csr_hash"`
+	Evidence        []byte `json:"evidence"` // a joinv1.TpmEvidence
+	EKPin           string `json:"ek_pin"`
+	AKName          []byte `json:"ak_name"`
+	KnownNode       string `json:"known_node,omitempty"`
+	PendingID       string `json:"pending_id,omitempty"`
 }
 
-func (c *challenges) put(ch *challenge, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]*challenge{}
+// putChallenge stores an open round.
+func (s *Server) putChallenge(ctx context.Context, ch *challenge, now time.Time) error {
+	ev, err := proto.Marshal(ch.ev)
+	if err != nil {
+		return fmt.Errorf("encode the challenge's evidence: %w", err)
 	}
-	if len(c.m) >= maxOpenChallenges {
-		for id, old := range c.m {
-			if now.After(old.notAfter) {
-				delete(c.m, id)
-			}
-		}
-		if len(c.m) >= maxOpenChallenges {
-			return false
-		}
+	st := challengeState{
+		Round: ch.round, Nonce: ch.nonce, Secret: ch.cred.Secret, CredentialBlob: ch.cred.CredentialBlob,
+		EncryptedSecret: ch.cred.EncryptedSecret, AKNameBound: ch.cred.AKName,
+		CSRHash: ch.csrHash, Evidence: ev, EKPin: ch.ekPin, AKName: ch.akName, PendingID: ch.pendingID,
 	}
-	c.m[ch.id] = ch
-	return true
+	if ch.known != nil {
+		st.KnownNode = ch.known.ID
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode the challenge: %w", err)
+	}
+	err = s.cfg.Store.PutChallenge(ctx, store.Challenge{ID: ch.id, NotAfter: ch.notAfter, State: b}, now, maxOpenChallenges)
+	if errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("too many open TPM challenges: %w", err)
+	}
+	return err
 }
 
-func (c *challenges) take(id string) *challenge {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := c.m[id]
-	delete(c.m, id)
-	return ch
+// takeChallenge takes the round id out of the store, so its answer cannot
+// be replayed; nil when there is no such round.
+func (s *Server) takeChallenge(ctx context.Context, id string) (*challenge, error) {
+	c, err := s.cfg.Store.TakeChallenge(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up the challenge: %w", err)
+	}
+	var st challengeState
+	if err := json.Unmarshal(c.State, &st); err != nil {
+		return nil, fmt.Errorf("decode challenge %s: %w", id, err)
+	}
+	ev := &joinv1.TpmEvidence{}
+	if err := proto.Unmarshal(st.Evidence, ev); err != nil {
+		return nil, fmt.Errorf("decode challenge %s: %w", id, err)
+	}
+	ch := &challenge{
+		id: c.ID, round: st.Round, notAfter: c.NotAfter, nonce: st.Nonce,
+		cred:    &attest.Challenge{Secret: st.Secret, CredentialBlob: st.CredentialBlob, EncryptedSecret: st.EncryptedSecret, AKName: st.AKNameBound},
+		csrHash: st.CSRHash, ev: ev, ekPin: st.EKPin, akName: st.AKName, pendingID: st.PendingID,
+	}
+	if st.KnownNode != "" {
+		n, err := s.cfg.Store.GetNode(ctx, st.KnownNode)
+		switch {
+		case err == nil && n.EKPin == st.EKPin:
+			ch.known = &n
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return nil, fmt.Errorf("look up node %s of the challenge: %w", st.KnownNode, err)
+		}
+	}
+	return ch, nil
 }
 
 // joinTPM runs the tpm attestor (seed 003, "Attestation and admission"):
@@ -94,7 +139,10 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 		return j.tpmRound1(ctx, req, csr, csrHash, "")
 	}
 	s := j.s
-	ch := s.challenges.take(req.DeferralId)
+	ch, err := s.takeChallenge(ctx, req.DeferralId)
+	if err != nil {
+		return nil, err
+	}
 	if ch == nil {
 		return j.tpmPending(ctx, req, csr, csrHash)
 	}
@@ -309,8 +357,8 @@ func (j *joinService) newRound(ctx context.Context, prev *challenge, round uint3
 	now := s.cfg.Now()
 	ch := *prev
 	ch.id, ch.round, ch.notAfter, ch.nonce, ch.cred = randomHex(16), round, now.Add(s.cfg.ChallengeTTL), nonce, cred
-	if !s.challenges.put(&ch, now) {
-		return nil, fmt.Errorf("too many open TPM challenges")
+	if err := s.putChallenge(ctx, &ch, now); err != nil {
+		return nil, err
 	}
 	s.log.InfoContext(ctx, "tpm challenge", "round", round, logkey.EKPin, ch.ekPin, "known_node", ch.known != nil, logkey.Peer, peerAddr(ctx))
 	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Challenge{Challenge: &joinv1.JoinChallenge{
