@@ -72,7 +72,7 @@ func IssueAdminCert(ca *x509.Certificate, key crypto.Signer, r AdminCertRequest)
 	if !na.After(nb) {
 		return nil, fmt.Errorf("issue admin certificate: validity %s to %s is empty inside the admin CA's", r.NotBefore, r.NotAfter)
 	}
-	u, err := url.Parse(adminSPIFFEID(r.TrustDomain, r.Name))
+	id, err := AdminID(r.TrustDomain, r.Name)
 	if err != nil {
 		return nil, fmt.Errorf("issue admin certificate: %w", err)
 	}
@@ -83,7 +83,7 @@ func IssueAdminCert(ca *x509.Certificate, key crypto.Signer, r AdminCertRequest)
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
-		URIs:                  []*url.URL{u},
+		URIs:                  []*url.URL{id.URL()},
 	}, ca, r.PublicKey, key)
 	if err != nil {
 		return nil, fmt.Errorf("issue admin certificate for %s: %w", r.Name, err)

@@ -153,6 +153,17 @@ func startControlPlane(t *testing.T, extraConfig string) *controlPlane {
 		t.Fatal(err)
 	}
 	cp.writeConfig(t, "127.0.0.1:0", extraConfig)
+	cp.serve(t)
+	// Admin commands read the address from the config.
+	cp.writeConfig(t, cp.addr, extraConfig)
+	return cp
+}
+
+// serve runs fleetd serve on cp.config and returns once it says it is
+// serving, with cp.addr set; the server is stopped when the test ends.
+func (cp *controlPlane) serve(t *testing.T) {
+	t.Helper()
+	cp.log = &syncBuffer{}
 
 	cmd := exec.Command(bin(t, "fleetd"), "serve", "--config", cp.config)
 	cmd.Env = baseEnv()
@@ -189,9 +200,6 @@ func startControlPlane(t *testing.T, extraConfig string) *controlPlane {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("fleetd serve did not start within 60s:\n%s", cp.log)
 	}
-	// Admin commands read the address from the config.
-	cp.writeConfig(t, cp.addr, extraConfig)
-	return cp
 }
 
 func (cp *controlPlane) writeConfig(t *testing.T, listen, extra string) {

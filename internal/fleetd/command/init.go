@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodetrust/nodetrust/internal/cli"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -26,7 +27,9 @@ certificate, the JoinService signing key, the join encryption key (and its publi
 half as join-encryption.jwk), an admin CA and the owner admin credential it
 issues (admin/, role owner), and pki-bundle.json with the three pins an install
 script gives to nodes.
-Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything.`,
+Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything,
+and refuses a --dir that other users may write or another user owns (the
+message gives the chmod or chown to run).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if addAdminCA {
@@ -49,6 +52,9 @@ Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything.`
 					return cli.Usagef("--server-ip %q is not an IP address", s)
 				}
 				parsed = append(parsed, ip)
+			}
+			if err := fileperm.CheckDir(dir, "the PKI folder", 0o700); err != nil {
+				return err
 			}
 			b, err := pki.Init(dir, pki.InitOptions{TrustDomain: td, ServerName: name, ServerIPs: parsed, KEM: kem})
 			if err != nil {

@@ -98,9 +98,10 @@ func nodesRevokeCommand() *cobra.Command {
 		Short: "Revoke a node's certificates and end its live session",
 		Long: `revoke raises the node's identity generation and revokes its certificates; its
 live session gets a RevocationNotice and bcd node exits. The machine comes back
-only with fresh evidence: after bcd join --reset --yes, a token made with
---allow-reclaim (a node without a proven EK), or its TPM (bcd join --attestor
-tpm: the same EK, a fresh attestation). A quarantined or retired node stays so.`,
+only with fresh evidence, after bcd join --reset --yes: a token made with
+--allow-reclaim on standard input (a node without a proven EK), or bcd join
+--attestor tpm for a machine that joined with its TPM (the same EK, a fresh
+attestation). A quarantined or retired node stays so.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reason == "" {

@@ -63,14 +63,23 @@ func (e *StateError) Error() string {
 // ErrUnknown is an action on a name that is neither a node nor declared.
 var ErrUnknown = errors.New("no such node or declared device")
 
-// ErrReason is a missing or malformed reason.
+// ErrReason is a missing or malformed reason: errors.Is finds it in what
+// CheckReason returns, whose message says which.
 var ErrReason = errors.New("a reason is required (--reason): one line of at most 256 bytes")
+
+type reasonError string
+
+func (e reasonError) Error() string        { return string(e) }
+func (e reasonError) Is(target error) bool { return target == ErrReason }
 
 // CheckReason checks an operator's reason: required, one line, bounded.
 func CheckReason(r string) (string, error) {
 	r = strings.TrimSpace(r)
-	if r == "" || len(r) > 256 || strings.ContainsAny(r, "\n\r") {
-		return "", ErrReason
+	switch {
+	case r == "":
+		return "", reasonError("a reason is required (--reason)")
+	case len(r) > 256 || strings.ContainsAny(r, "\n\r"):
+		return "", reasonError("the reason must be one line of at most 256 bytes")
 	}
 	return r, nil
 }

@@ -118,7 +118,7 @@ func (s *Server) authorizeAdmin(ctx context.Context, req any, info *grpc.UnarySe
 // valid one fleetd has not recorded yet (the owner credential of fleetd
 // init) is recorded at its first call.
 func (s *Server) adminFromPeer(ctx context.Context) (adminIdentity, error) {
-	none := refused(codes.Unauthenticated, "admin calls need an admin credential: pki_dir/admin/owner.crt from fleetd init, or one from fleetd admin create (--credential DIR)")
+	none := refused(codes.Unauthenticated, "admin calls need the admin client certificate from 'fleetd init' (admin/owner.crt), or a credential from fleetd admin create (--credential DIR)")
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return adminIdentity{}, none
@@ -154,7 +154,7 @@ func (s *Server) adminFromPeer(ctx context.Context) (adminIdentity, error) {
 		default:
 			continue
 		}
-		id.serial = serialHex(chain[0])
+		id.serial = pki.SerialHex(chain[0])
 		return id, s.checkAdminRecord(ctx, id, chain[0].NotAfter)
 	}
 	return adminIdentity{}, none
@@ -347,6 +347,9 @@ func (a *adminService) DeleteNode(ctx context.Context, req *adminv1.DeleteNodeRe
 
 // revokeReason checks an operator's reason: required, one line, bounded.
 func revokeReason(r string) (string, error) {
+	if strings.TrimSpace(r) == "" {
+		return "", refused(codes.InvalidArgument, "a revocation needs a reason (--reason)")
+	}
 	r, err := lifecycle.CheckReason(r)
 	if err != nil {
 		return "", refused(codes.InvalidArgument, "%v", err)

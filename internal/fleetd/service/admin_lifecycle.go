@@ -67,7 +67,7 @@ func (a *adminService) CreateAdmin(ctx context.Context, req *adminv1.CreateAdmin
 		return nil, unavailable("create admin", "the credential could not be issued; retry", err)
 	}
 	by := adminName(ctx)
-	rec := store.AdminCred{Serial: serialHex(cert), Name: req.Name, Role: string(role), CreatedBy: by, CreatedAt: now, NotAfter: cert.NotAfter}
+	rec := store.AdminCred{Serial: pki.SerialHex(cert), Name: req.Name, Role: string(role), CreatedBy: by, CreatedAt: now, NotAfter: cert.NotAfter}
 	err = s.cfg.Store.CreateAdmin(ctx, rec, &store.AuditEvent{Time: now, Actor: "admin:" + by, Action: "admin.create", Subject: "admin:" + req.Name,
 		Detail: fmt.Sprintf("role %s serial %s until %s", role, rec.Serial, cert.NotAfter.UTC().Format(time.RFC3339))})
 	if errors.Is(err, store.ErrConflict) {

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -174,16 +173,8 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 	asked := req.NodeId
 	var pending store.Pending
 	if req.DeferralId != "" {
-		pending, err = s.cfg.Store.GetPending(ctx, req.DeferralId)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return nil, o.deny("unknown deferral")
-		case err != nil:
-			return nil, fmt.Errorf("look up deferral: %w", err)
-		case !bytes.Equal(pending.CSRHash, csrHash) || !bytes.Equal(pending.TokenHash, o.hash):
-			return nil, o.deny("the deferral belongs to another request")
-		case !now.Before(pending.ExpiresAt):
-			return nil, o.deny("the pending join expired at %s", pending.ExpiresAt.UTC().Format(time.RFC3339))
+		if pending, err = j.pendingFor(ctx, req.DeferralId, o, csrHash); err != nil {
+			return nil, err
 		}
 		asked = pending.NodeID
 	}
@@ -198,7 +189,7 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 		if pending.ID == "" {
 			pending = store.Pending{
 				ID: randomHex(16), TokenHash: o.hash, TokenID: tok.ID, CSRHash: csrHash,
-				NodeID: nodeID, Role: tok.Role, Site: tok.Site, Claims: claims,
+				NodeID: nodeID, Role: pl.role, Site: pl.site, Claims: claims,
 				CreatedAt: now, ExpiresAt: tok.ExpiresAt,
 			}
 			if err := s.cfg.Store.CreatePending(ctx, pending); err != nil {
@@ -210,17 +201,22 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 			return nil, o.deny("the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
 		}
 		if pending.ApprovedAt.IsZero() {
-			return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
-				DeferralId:   pending.ID,
-				RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
-				Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", nodeID, nodeID),
-			}}}, nil
+			return pendingResponse(s, pending), nil
 		}
 	}
 	return j.issue(ctx, issuance{
 		token: o, pendingID: pending.ID, placement: pl, attestor: "token", claims: claims,
 		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
 	})
+}
+
+// pendingResponse tells a join to wait for the owner's approval of p.
+func pendingResponse(s *Server, p store.Pending) *joinv1.JoinResponse {
+	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
+		DeferralId:   p.ID,
+		RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
+		Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", p.NodeID, p.NodeID),
+	}}}
 }
 
 // placement is where a join lands: the node it makes or re-joins, on the
@@ -288,8 +284,13 @@ func (j *joinService) place(ctx context.Context, r lifecycle.Request, o *openedT
 		n := out.Node
 		p.nodeID, p.reclaim, p.gen, p.role, p.site, p.class = n.ID, true, n.Generation+1, n.Role, n.Site, n.Class
 		p.expectState, p.expectGen = n.State, n.Generation
-		if r.Attestor == "token" {
-			p.role, p.site = r.Token.Role, r.Token.Site
+		if t := r.Token; t != nil {
+			// A token piped with a known EK is spent, and its role and
+			// site replace the node's.
+			if r.Attestor == "tpm" && t.NodeID != "" && t.NodeID != n.ID {
+				return placement{}, deny(fmt.Sprintf("token is for node %q, but EK %s belongs to node %q", t.NodeID, r.EKPin, n.ID))
+			}
+			p.role, p.site = t.Role, t.Site
 		}
 		return p, nil
 	}
@@ -370,7 +371,7 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for node %s: %w", in.nodeID, err)
 	}
-	serial := serialHex(leaf)
+	serial := pki.SerialHex(leaf)
 	actor := "ek:" + in.ekPin
 	var tokenHash []byte
 	if in.token != nil {
@@ -575,8 +576,6 @@ func capList(in []string) []string {
 	}
 	return out
 }
-
-func serialHex(c *x509.Certificate) string { return hex.EncodeToString(c.SerialNumber.Bytes()) }
 
 func newRequestID() string { return randomHex(8) }
 

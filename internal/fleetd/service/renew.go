@@ -125,7 +125,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	if err != nil {
 		return nil, unavailable("renewal", "renewal could not be issued; retry", fmt.Errorf("issue: %w", err), logkey.NodeID, cur.node.ID)
 	}
-	serial := serialHex(next)
+	serial := pki.SerialHex(next)
 	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, nil)
 	if errors.Is(err, store.ErrConflict) {
 		// The node changed since this session read it: quarantined (the

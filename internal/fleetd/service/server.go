@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -69,21 +70,28 @@ type Config struct {
 	MaxClaims int
 	// RetireHooks run after each retirement.
 	RetireHooks []lifecycle.RetireHook
+	// AdvertiseAddresses are the replicas' gRPC addresses the well-known
+	// document names, for nodes to move between.
+	AdvertiseAddresses []string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
 
 // Server holds the control plane's services.
 type Server struct {
-	cfg        Config
-	metrics    *metrics
-	sessions   *sessions
-	challenges challenges
-	log        *slog.Logger
-	wellKnown  []byte
-	clientCAs  *x509.CertPool
-	admission  *lifecycle.Admission
-	lifecycle  *lifecycle.Manager
+	cfg       Config
+	metrics   *metrics
+	sessions  *sessions
+	log       *slog.Logger
+	wellKnown []byte
+	clientCAs *x509.CertPool
+	// replica names this process among the replicas that share a store.
+	replica string
+	// probes are the answers awaited from other replicas, by probe id.
+	probeMu   sync.Mutex
+	probes    map[string]chan string
+	admission *lifecycle.Admission
+	lifecycle *lifecycle.Manager
 }
 
 // New checks cfg and builds a Server.
@@ -133,7 +141,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxClaims <= 0 {
 		cfg.MaxClaims = 10000
 	}
-	doc, err := WellKnownDocument(cfg.Authority)
+	doc, err := WellKnownDocument(cfg.Authority, cfg.AdvertiseAddresses)
 	if err != nil {
 		return nil, err
 	}
@@ -143,7 +151,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Authority.AdminCA != nil {
 		pool.AddCert(cfg.Authority.AdminCA)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions()}
+	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(),
+		replica: randomHex(8), probes: map[string]chan string{}}
 	s.metrics = newMetrics(s)
 	s.admission = &lifecycle.Admission{Store: cfg.Store, Source: cfg.Inventory, Required: cfg.InventoryRequired, AutoProvision: cfg.AutoProvision}
 	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, Now: cfg.Now,
@@ -195,6 +204,10 @@ func (s *Server) GRPCServer() *grpc.Server {
 // Serve serves gRPC on ln until ctx is done, then stops gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	g := s.GRPCServer()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); s.watchRevocations(watchCtx) }()
+	defer func() { stopWatch(); <-watched }()
 	done := make(chan struct{})
 	go func() {
 		select {

@@ -125,7 +125,17 @@ CREATE TABLE node_tombstones (
 	deleted_at INTEGER
 ) STRICT;
 `,
-	// 5: the fleet lifecycle (internal/fleetd/lifecycle): a node's class,
+	// 5: the open rounds of tpm joins, so that an answer may come back to
+	// any replica (PostgreSQL) and a restart keeps them.
+	`
+CREATE TABLE tpm_challenges (
+	id        TEXT PRIMARY KEY,
+	not_after INTEGER,
+	state     BLOB NOT NULL
+) STRICT;
+CREATE INDEX tpm_challenges_not_after ON tpm_challenges (not_after);
+`,
+	// 6: the fleet lifecycle (internal/fleetd/lifecycle): a node's class,
 	// admin credentials with roles, the declared inventory with its
 	// changelog, each node's state history, and claims of machines not
 	// admitted. A declaration is not a node: node ids are not foreign keys
