@@ -316,7 +316,7 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 				return nil, refuse("unknown EK %s, and the inventory source cannot answer: %v", ekPin, err)
 			}
 			if len(bound) == 0 {
-				return nil, refuse("unknown EK %s: not pinned for any node or declaration, and its certificate is not trusted (%s)", ekPin, why)
+				return nil, refuse("unknown EK %s: not pinned for any node, and its certificate is not trusted (%s); no declaration binds it", ekPin, why)
 			}
 		}
 	}
