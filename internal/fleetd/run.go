@@ -55,7 +55,12 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	limits, err := connectionLimits(cfg, openFileLimit(), log)
+	if err != nil {
+		return err
+	}
 	srv, err := service.New(service.Config{
+		Limits:           limits,
 		EKVerifier:       ekVerifier,
 		ChallengeTTL:     cfg.TPM.ChallengeTTL.Duration,
 		Authority:        auth,
@@ -87,11 +92,22 @@ func Run(ctx context.Context, o Options) error {
 			ln.Close()
 			return fmt.Errorf("listen on %s (http_listen): %w", cfg.HTTPListen, err)
 		}
+		lim, err := srv.LimitListener(raw, "https")
+		if err != nil {
+			raw.Close()
+			ln.Close()
+			return err
+		}
 		tc := srv.TLSConfig()
 		tc.ClientAuth = tls.NoClientCert
 		tc.NextProtos = []string{"h2", "http/1.1"}
-		httpLn = tls.NewListener(raw, tc)
-		httpSrv = &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+		httpLn = tls.NewListener(lim, tc)
+		httpSrv = &http.Server{
+			Handler: srv.HTTPHandler(), ConnState: lim.ConnState, MaxHeaderBytes: 16 << 10,
+			// The TLS handshake and the request's headers must arrive
+			// within the handshake timeout; an idle connection closes.
+			ReadHeaderTimeout: limits.HandshakeTimeout, IdleTimeout: limits.IdleTimeout,
+		}
 	}
 
 	serveCtx, stop := context.WithCancel(ctx)
@@ -167,4 +183,52 @@ func certPool(cfg *config.Fleetd, setting string, files []string) (*x509.CertPoo
 		}
 	}
 	return pool, nil
+}
+
+// fdReserve is the open files fleetd keeps apart from its listeners' share
+// of the open-file limit: the store, logs, the listeners themselves.
+const fdReserve = 256
+
+// connectionLimits turns [limits] into the server's limits, checked
+// against the open-file limit nofile (0: unknown): the two listeners'
+// connections and fdReserve must fit. A max_connections left unset is
+// lowered to fit; one that was set and does not fit is an error.
+func connectionLimits(cfg *config.Fleetd, nofile uint64, log *slog.Logger) (service.Limits, error) {
+	c := cfg.Limits
+	l := service.Limits{
+		MaxConns: c.MaxConnections, MaxConnsPerSource: c.MaxConnectionsPerSource, MaxHandshakes: c.MaxHandshakes,
+		HTTPMaxConns: c.HTTPMaxConnections, HandshakeTimeout: c.HandshakeTimeout.Duration, IdleTimeout: c.IdleTimeout.Duration,
+		KeepaliveTime: c.KeepaliveTime.Duration, KeepaliveTimeout: c.KeepaliveTimeout.Duration,
+		RefusalLogBurst: c.RefusalLogBurst, RefusalLogWindow: c.RefusalLogWindow.Duration, RefusalAuditWindow: c.RefusalAuditWindow.Duration,
+	}
+	d := service.DefaultLimits
+	if l.MaxConns == 0 {
+		l.MaxConns = d.MaxConns
+	}
+	if l.HTTPMaxConns == 0 {
+		l.HTTPMaxConns = d.HTTPMaxConns
+	}
+	l.HTTPMaxConns = min(l.HTTPMaxConns, l.MaxConns)
+	httpShare := 0
+	if cfg.HTTPListen != "" {
+		httpShare = l.HTTPMaxConns
+	}
+	if nofile == 0 || uint64(l.MaxConns+httpShare+fdReserve) <= nofile {
+		return l, nil
+	}
+	if c.MaxConnections != 0 {
+		return l, fmt.Errorf("limits.max_connections: %d connections (and %d HTTPS, %d reserved) do not fit the open-file limit of %d: raise it (LimitNOFILE= in the systemd unit, ulimit -n) or lower max_connections",
+			l.MaxConns, httpShare, fdReserve, nofile)
+	}
+	if nofile < 2*fdReserve {
+		return l, fmt.Errorf("the open-file limit of %d leaves no room for connections: raise it (LimitNOFILE= in the systemd unit, ulimit -n) to at least %d", nofile, 4*fdReserve)
+	}
+	room := int(nofile) - fdReserve
+	if httpShare > 0 {
+		httpShare = min(httpShare, room/8)
+		l.HTTPMaxConns = httpShare
+	}
+	l.MaxConns = room - httpShare
+	log.Info("max_connections lowered to fit the open-file limit", "max_connections", l.MaxConns, "http_max_connections", l.HTTPMaxConns, "nofile", nofile)
+	return l, nil
 }

@@ -41,6 +41,7 @@ type Fleetd struct {
 	LogLevel string `toml:"log_level"`
 	Store    Store  `toml:"store"`
 	TPM      TPM    `toml:"tpm"`
+	Limits   Limits `toml:"limits"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -57,6 +58,41 @@ type TPM struct {
 	EKIntermediates []string `toml:"ek_intermediates"`
 	// ChallengeTTL is how long a challenge round may be answered.
 	ChallengeTTL Duration `toml:"challenge_ttl"`
+}
+
+// Limits bound what hostile traffic can cost the control plane
+// (docs/security.md). Zero values take the defaults.
+type Limits struct {
+	// MaxConnections is the most gRPC connections held at once, live node
+	// sessions included (default 16384, lowered to fit the open-file
+	// limit when not set).
+	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerSource is the most one source address (an IPv6
+	// /64) holds (default 256).
+	MaxConnectionsPerSource int `toml:"max_connections_per_source"`
+	// MaxHandshakes is the most connections held whose TLS handshake has
+	// not finished (default 1024).
+	MaxHandshakes int `toml:"max_handshakes"`
+	// HTTPMaxConnections is the most HTTPS connections (default 1024).
+	HTTPMaxConnections int `toml:"http_max_connections"`
+	// HandshakeTimeout bounds a connection's TLS handshake (default 10s).
+	HandshakeTimeout Duration `toml:"handshake_timeout"`
+	// IdleTimeout closes a connection that carries no stream (default
+	// 1m); a live node session is a stream and is never closed by it.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// KeepaliveTime and KeepaliveTimeout: a quiet connection is pinged
+	// after KeepaliveTime and closed if the ping goes unanswered for
+	// KeepaliveTimeout (defaults 1m and 20s).
+	KeepaliveTime    Duration `toml:"keepalive_time"`
+	KeepaliveTimeout Duration `toml:"keepalive_timeout"`
+	// RefusalLogBurst refusal lines per reason and source are logged in
+	// each RefusalLogWindow (defaults 5 and 1m); one summary line says
+	// how many were dropped.
+	RefusalLogBurst  int      `toml:"refusal_log_burst"`
+	RefusalLogWindow Duration `toml:"refusal_log_window"`
+	// RefusalAuditWindow: at most one audit record per token and refusal
+	// reason in each window (default 10m).
+	RefusalAuditWindow Duration `toml:"refusal_audit_window"`
 }
 
 // Store selects the control plane's store.
@@ -165,6 +201,9 @@ func (c *Fleetd) Validate() error {
 	default:
 		return fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
 	}
+	if err := c.Limits.validate(); err != nil {
+		return err
+	}
 	if c.Store.Driver != "sqlite" {
 		return fmt.Errorf("store.driver: %q is not supported (use \"sqlite\")", c.Store.Driver)
 	}
@@ -194,3 +233,36 @@ func (c *Fleetd) AdminAddress() string {
 
 // Duration is a duration setting, written as a Go duration string ("24h").
 type Duration = tomlfile.Duration
+
+// validate reports the first negative limit by name; zero takes the
+// default.
+func (l *Limits) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"max_connections", l.MaxConnections}, {"max_connections_per_source", l.MaxConnectionsPerSource},
+		{"max_handshakes", l.MaxHandshakes}, {"http_max_connections", l.HTTPMaxConnections},
+		{"refusal_log_burst", l.RefusalLogBurst},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("limits.%s: %d must be positive (or unset for the default)", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"handshake_timeout", l.HandshakeTimeout.Duration}, {"idle_timeout", l.IdleTimeout.Duration},
+		{"keepalive_time", l.KeepaliveTime.Duration}, {"keepalive_timeout", l.KeepaliveTimeout.Duration},
+		{"refusal_log_window", l.RefusalLogWindow.Duration}, {"refusal_audit_window", l.RefusalAuditWindow.Duration},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("limits.%s: %s must be positive (or unset for the default)", f.name, f.v)
+		}
+	}
+	if l.MaxConnections > 0 && l.MaxConnectionsPerSource > l.MaxConnections {
+		return fmt.Errorf("limits.max_connections_per_source: %d is above max_connections (%d)", l.MaxConnectionsPerSource, l.MaxConnections)
+	}
+	return nil
+}

@@ -18,7 +18,9 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/connlimit"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/fleetd/throttle"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -54,6 +56,9 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Limits bound what hostile traffic costs; zero fields take
+	// DefaultLimits'.
+	Limits Limits
 }
 
 // Server holds the control plane's services.
@@ -65,6 +70,12 @@ type Server struct {
 	log        *slog.Logger
 	wellKnown  []byte
 	clientCAs  *x509.CertPool
+	// logThrottle bounds refusal log lines per reason and source;
+	// auditThrottle refusal audit records per reason and token.
+	logThrottle   *throttle.Limiter
+	auditThrottle *throttle.Limiter
+	// methods are the full names of the methods served.
+	methods map[string]struct{}
 }
 
 // New checks cfg and builds a Server.
@@ -105,6 +116,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Limits.applyDefaults()
+	logThrottle, err := throttle.New(throttle.Config{Window: cfg.Limits.RefusalLogWindow, Burst: cfg.Limits.RefusalLogBurst, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
+	auditThrottle, err := throttle.New(throttle.Config{Window: cfg.Limits.RefusalAuditWindow, Burst: 1, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
 	doc, err := WellKnownDocument(cfg.Authority)
 	if err != nil {
 		return nil, err
@@ -112,7 +132,16 @@ func New(cfg Config) (*Server, error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(cfg.Authority.ServingCA)
 	pool.AddCert(cfg.Authority.NodeCA)
-	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions()}
+	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(),
+		logThrottle: logThrottle, auditThrottle: auditThrottle, methods: map[string]struct{}{}}
+	for _, sd := range []grpc.ServiceDesc{joinv1.JoinService_ServiceDesc, adminv1.Admin_ServiceDesc, gatewayv1.Gateway_ServiceDesc} {
+		for _, m := range sd.Methods {
+			s.methods["/"+sd.ServiceName+"/"+m.MethodName] = struct{}{}
+		}
+		for _, m := range sd.Streams {
+			s.methods["/"+sd.ServiceName+"/"+m.StreamName] = struct{}{}
+		}
+	}
 	s.metrics = newMetrics(s)
 	return s, nil
 }
@@ -131,18 +160,25 @@ func (s *Server) TLSConfig() *tls.Config {
 	}
 }
 
-// GRPCServer builds the gRPC server with every service registered.
-func (s *Server) GRPCServer() *grpc.Server {
+// GRPCServer builds the gRPC server with every service registered, for
+// connections from lim (which learns of their handshakes and streams).
+func (s *Server) GRPCServer(lim *connlimit.Listener) *grpc.Server {
+	l := s.cfg.Limits
 	g := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(s.TLSConfig())),
+		grpc.Creds(lim.Credentials(credentials.NewTLS(s.TLSConfig()))),
+		grpc.StatsHandler(lim.StatsHandler()),
+		grpc.StatsHandler(sizeStats{s}),
 		// Handlers return errors; wireError is the one place they
 		// become wire codes.
-		grpc.ChainUnaryInterceptor(s.unaryErrors, s.authorizeAdmin),
-		grpc.ChainStreamInterceptor(s.streamErrors),
+		grpc.ChainUnaryInterceptor(s.unaryErrors, s.limitUnary, s.authorizeAdmin),
+		grpc.ChainStreamInterceptor(s.streamErrors, s.limitStream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		// Find connections of nodes that vanished (a reboot sends no FIN).
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
-		grpc.MaxRecvMsgSize(1<<20),
+		// Find connections of nodes that vanished (a reboot sends no FIN),
+		// and close those that carry no stream.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: l.KeepaliveTime, Timeout: l.KeepaliveTimeout, MaxConnectionIdle: l.IdleTimeout}),
+		grpc.ConnectionTimeout(l.HandshakeTimeout),
+		grpc.MaxRecvMsgSize(maxJoinBytes),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 	)
 	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})
 	adminv1.RegisterAdminServer(g, &adminService{s: s})
@@ -150,9 +186,17 @@ func (s *Server) GRPCServer() *grpc.Server {
 	return g
 }
 
-// Serve serves gRPC on ln until ctx is done, then stops gracefully.
+// Serve serves gRPC on ln, within the server's connection limits, until
+// ctx is done, then stops gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	g := s.GRPCServer()
+	lim, err := s.LimitListener(ln, "grpc")
+	if err != nil {
+		return err
+	}
+	g := s.GRPCServer(lim)
+	summaries := make(chan struct{})
+	go func() { s.summarizeEvery(ctx); close(summaries) }()
+	defer func() { <-summaries }()
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -170,7 +214,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		case <-done:
 		}
 	}()
-	err := g.Serve(ln)
+	err = g.Serve(lim)
 	close(done)
 	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve gRPC on %s: %w", ln.Addr(), err)

@@ -91,17 +91,17 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 	now := s.cfg.Now()
 	switch {
 	case ch == nil:
-		return nil, refuse("unknown or already answered challenge")
+		return nil, refuse(reasonTPMChallenge, "unknown or already answered challenge")
 	case !now.Before(ch.notAfter):
-		return nil, refuse("challenge round %d expired at %s", ch.round, ch.notAfter.UTC().Format(time.RFC3339))
+		return nil, refuse(reasonTPMChallenge, "challenge round %d expired at %s", ch.round, ch.notAfter.UTC().Format(time.RFC3339))
 	case !bytes.Equal(ch.csrHash, csrHash):
-		return nil, refuse("the answer is for another CSR than the challenge")
+		return nil, refuse(reasonTPMChallenge, "the answer is for another CSR than the challenge")
 	case req.Answer == nil || req.Answer.Round != ch.round:
-		return nil, refuse("no answer to challenge round %d", ch.round)
+		return nil, refuse(reasonTPMChallenge, "no answer to challenge round %d", ch.round)
 	}
 	if err := j.checkAnswer(ch, req.Answer); err != nil {
 		if ch.round >= MaxChallengeRounds {
-			return nil, refuse("challenge round %d failed, the last: %v", ch.round, err)
+			return nil, refuse(reasonTPMChallenge, "challenge round %d failed, the last: %v", ch.round, err)
 		}
 		s.log.WarnContext(ctx, "tpm challenge failed, asking again", "round", ch.round, logkey.EKPin, ch.ekPin, logkey.Reason, err.Error())
 		return j.newRound(ctx, ch, ch.round+1)
@@ -119,20 +119,20 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 		})
 	}
 	if len(req.SealedToken) == 0 {
-		return nil, refuse("EK %s belongs to no node, and the join carries no token", ch.ekPin)
+		return nil, refuse(reasonTPMEvidence, "EK %s belongs to no node, and the join carries no token", ch.ekPin)
 	}
 	o, err := j.openToken(ctx, req, csrHash)
 	if err != nil {
 		return nil, err
 	}
 	if o.tok.RequireApproval {
-		return nil, o.deny("tokens that require approval are not taken by the tpm attestor")
+		return nil, o.deny(reasonTokenScope, "tokens that require approval are not taken by the tpm attestor")
 	}
 	nodeID, reclaim, gen, err := j.chooseNode(ctx, o.tok, req.NodeId, claims)
 	if err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
-			return nil, o.deny("%s", r.reason)
+			return nil, o.deny(r.code, "%s", r.reason)
 		}
 		return nil, err
 	}
@@ -150,15 +150,15 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 	s := j.s
 	ev := req.Tpm
 	if ev == nil {
-		return nil, refuse("tpm attestor without TPM evidence")
+		return nil, refuse(reasonTPMEvidence, "tpm attestor without TPM evidence")
 	}
 	ekPub, err := attest.EKPublic(ev.EkPublic)
 	if err != nil {
-		return nil, refuse("EK public area: %v", err)
+		return nil, refuse(reasonTPMEvidence, "EK public area: %v", err)
 	}
 	ekPin, err := attest.EKPin(ekPub)
 	if err != nil {
-		return nil, refuse("EK: %v", err)
+		return nil, refuse(reasonTPMEvidence, "EK: %v", err)
 	}
 	var known *store.Node
 	n, err := s.cfg.Store.NodeByEKPin(ctx, ekPin)
@@ -181,19 +181,19 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 			}
 		}
 		if why != "" {
-			return nil, refuse("unknown EK %s: not pinned for any node, and its certificate is not trusted (%s)", ekPin, why)
+			return nil, refuse(reasonTPMEvidence, "unknown EK %s: not pinned for any node, and its certificate is not trusted (%s)", ekPin, why)
 		}
 	}
 	keyPub, err := attest.VerifyCertify(ev.AkPublic, ev.CertifyAttest, ev.CertifySignature, ev.NodeKeyPublic, csrHash)
 	if err != nil {
-		return nil, refuse("the AK's certification of the node key: %v", err)
+		return nil, refuse(reasonTPMEvidence, "the AK's certification of the node key: %v", err)
 	}
 	if !samePublicKey(keyPub, csr.PublicKey) {
-		return nil, refuse("the AK certified another key than the CSR's")
+		return nil, refuse(reasonTPMEvidence, "the AK certified another key than the CSR's")
 	}
 	akName, err := attest.AKName(ev.AkPublic)
 	if err != nil {
-		return nil, refuse("AK: %v", err)
+		return nil, refuse(reasonTPMEvidence, "AK: %v", err)
 	}
 	ch := &challenge{csrHash: csrHash, ev: ev, ekPin: ekPin, akName: akName, known: known}
 	return j.newRound(ctx, ch, 1)
@@ -204,7 +204,7 @@ func (j *joinService) newRound(ctx context.Context, prev *challenge, round uint3
 	s := j.s
 	cred, err := attest.NewChallenge(prev.ev.EkPublic, prev.ev.AkPublic, rand.Reader)
 	if err != nil {
-		return nil, refuse("make the credential challenge: %v", err)
+		return nil, refuse(reasonTPMEvidence, "make the credential challenge: %v", err)
 	}
 	nonce := make([]byte, nonceSize)
 	if _, err := rand.Read(nonce); err != nil {
