@@ -188,7 +188,7 @@ type benchNode struct {
 
 // joinNodes joins n nodes and returns them authenticated by their first
 // certificate, as a session's caller is.
-func joinNodes(b *testing.B, s *Server, n int) []*benchNode {
+func joinNodes(b testing.TB, s *Server, n int) []*benchNode {
 	b.Helper()
 	ctx := context.Background()
 	j := &joinService{s: s}
