@@ -122,8 +122,11 @@ func (cp *controlPlane) serve(ctx context.Context, bin string, c *Config) error 
 	}
 	cp.addr = net.JoinHostPort("127.0.0.1", port)
 	cfgPath := filepath.Join(cp.dir, "fleetd.toml")
+	// Every simulated node connects from 127.0.0.1: the one source may
+	// hold a connection for each node (and each operation in flight).
 	text := fmt.Sprintf("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = %q\nlog_level = \"warn\"\n"+
-		"renewal_limit = %d\nrenewal_window = \"1h\"\ntoken_ttl = \"12h\"\n", cp.addr, cp.renewalLimit)
+		"renewal_limit = %d\nrenewal_window = \"1h\"\ntoken_ttl = \"12h\"\n[limits]\nmax_connections_per_source = %d\n",
+		cp.addr, cp.renewalLimit, c.Nodes+c.Concurrency+64)
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		return fmt.Errorf("write %s: %w", cfgPath, err)
 	}
