@@ -194,9 +194,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	g := s.GRPCServer(lim)
+	sumCtx, stopSummaries := context.WithCancel(ctx)
 	summaries := make(chan struct{})
-	go func() { s.summarizeEvery(ctx); close(summaries) }()
-	defer func() { <-summaries }()
+	go func() { s.summarizeEvery(sumCtx); close(summaries) }()
+	defer func() { stopSummaries(); <-summaries }()
 	done := make(chan struct{})
 	go func() {
 		select {
