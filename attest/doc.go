@@ -24,7 +24,10 @@
 //     values the node reported are the quoted ones.
 //  4. The event log. [ReplayEventLog] replays the node's measurement log
 //     against the quoted PCR values (a quoted PCR without events must hold
-//     its initial value) and summarises its Secure Boot state.
+//     its initial value) and summarises its Secure Boot state;
+//     [EventLog.BootState] reads what the replayed log says of the boot:
+//     Secure Boot and its databases, the authorities that verified each
+//     boot application, and the code measured into PCR 4.
 //  5. The node key. [VerifyCertify] checks the AK's TPM2_Certify of the node
 //     key over sha256(csr) and returns the key, for the caller to compare
 //     with the CSR's.
