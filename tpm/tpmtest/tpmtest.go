@@ -2,8 +2,10 @@
 // TPM, on a free loopback port with EK certificates from a private CA;
 // opens the in-process simulator (OpenSim, build tag tpmsim); plays a TPM
 // manufacturer (a CA that issues EK certificates as the TCG profile says,
-// and writes them to NV); and makes credential-activation challenges as a
-// verifier does. It is for tests only; nothing in a release binary imports
+// and writes them to NV); makes credential-activation challenges as a
+// verifier does; and builds the measurement logs firmware writes (EventLog)
+// and extends them into a TPM, so that a test can measure a boot of its
+// choosing and quote it. It is for tests only; nothing in a release binary imports
 // it.
 package tpmtest
 
