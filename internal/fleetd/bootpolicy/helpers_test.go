@@ -239,3 +239,5 @@ func checkVerdict(t *testing.T, c policyCase, v *bootpolicy.Verdict) {
 		t.Errorf("%q does not mention %q", where, c.detail)
 	}
 }
+
+func sha256Sum(b []byte) [32]byte { return sha256.Sum256(b) }
