@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/binary"
+	"io"
 	"net"
 	"strconv"
 	"testing"
@@ -253,4 +254,41 @@ func imageLoadEvent(path string) []byte {
 	b := make([]byte, 24)
 	b = le.AppendUint64(b, uint64(len(dp)))
 	return append(b, dp...)
+}
+
+// Reboot resets the swtpm as a platform reset does — PCRs back to their
+// initial values, transient objects and sessions gone, seeds and NV kept —
+// without restarting the process: CMD_INIT on its control port, then
+// TPM2_Startup(CLEAR) as firmware sends it. Close every other connection
+// first.
+func (s *Swtpm) Reboot(t testing.TB) {
+	t.Helper()
+	ctrl, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port+1)))
+	if err != nil {
+		t.Fatalf("swtpm control port: %v", err)
+	}
+	defer ctrl.Close()
+	// struct ptm_init: the command (CMD_INIT = 2) and init flags, both
+	// big-endian; the answer is a 32-bit TPM result.
+	if _, err := ctrl.Write([]byte{0, 0, 0, 2, 0, 0, 0, 0}); err != nil {
+		t.Fatalf("swtpm CMD_INIT: %v", err)
+	}
+	var rc [4]byte
+	if _, err := io.ReadFull(ctrl, rc[:]); err != nil {
+		t.Fatalf("swtpm CMD_INIT: %v", err)
+	}
+	if binary.BigEndian.Uint32(rc[:]) != 0 {
+		t.Fatalf("swtpm CMD_INIT: result %#x", rc)
+	}
+	tr, err := tcp.Open(tcp.Config{
+		CommandAddress:  net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)),
+		PlatformAddress: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port+1)),
+	})
+	if err != nil {
+		t.Fatalf("open swtpm: %v", err)
+	}
+	defer tr.Close()
+	if _, err := (tpm2.Startup{StartupType: tpm2.TPMSUClear}).Execute(tr); err != nil {
+		t.Fatalf("TPM2_Startup after a reset: %v", err)
+	}
 }
