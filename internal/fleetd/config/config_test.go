@@ -35,6 +35,9 @@ func TestLoadFleetd(t *testing.T) {
 	if c.NodeCertLifetime.Duration != MaxNodeCertLifetime {
 		t.Errorf("default lifetime %s", c.NodeCertLifetime)
 	}
+	if b := c.BootPolicy; b.Dir != "" || b.VerdictLogMaxBytes != 10<<20 || b.VerdictLogKeep != 5 {
+		t.Errorf("default boot_policy %+v", b)
+	}
 }
 
 func TestLoadFleetdRefusals(t *testing.T) {
@@ -44,6 +47,8 @@ func TestLoadFleetdRefusals(t *testing.T) {
 		{"a malformed duration", "pki_dir = \"p\"\ndata_dir = \"d\"\ntoken_ttl = \"soon\"\n", "duration"},
 		{"an unknown store", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\ndriver = \"mysql\"\n", "store.driver"},
 		{"a bad log level", "pki_dir = \"p\"\ndata_dir = \"d\"\nlog_level = \"loud\"\n", "log_level"},
+		{"a tiny verdict log", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_max_bytes = 100\n", "boot_policy.verdict_log_max_bytes"},
+		{"no verdict log kept", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_keep = -1\n", "boot_policy.verdict_log_keep"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/tomlfile"
 )
 
@@ -41,6 +42,8 @@ type Fleetd struct {
 	LogLevel string `toml:"log_level"`
 	Store    Store  `toml:"store"`
 	TPM      TPM    `toml:"tpm"`
+	// BootPolicy configures measured boot (docs/boot-policy.md).
+	BootPolicy BootPolicy `toml:"boot_policy"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -57,6 +60,18 @@ type TPM struct {
 	EKIntermediates []string `toml:"ek_intermediates"`
 	// ChallengeTTL is how long a challenge round may be answered.
 	ChallengeTTL Duration `toml:"challenge_ttl"`
+}
+
+// BootPolicy configures the boot policies and the verdict log.
+type BootPolicy struct {
+	// Dir is the policy directory: one TOML file per machine class.
+	// Relative to fleetd.toml's folder.
+	Dir string `toml:"dir"`
+	// VerdictLogMaxBytes is the size at which verdicts.jsonl in data_dir
+	// rotates (default 10 MiB, at least 64 KiB); VerdictLogKeep is how
+	// many rotated files are kept (default 5, at most 100).
+	VerdictLogMaxBytes int64 `toml:"verdict_log_max_bytes"`
+	VerdictLogKeep     int   `toml:"verdict_log_keep"`
 }
 
 // Store selects the control plane's store.
@@ -121,6 +136,12 @@ func (c *Fleetd) applyDefaults() {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.BootPolicy.VerdictLogMaxBytes == 0 {
+		c.BootPolicy.VerdictLogMaxBytes = bootpolicy.DefaultVerdictLogMaxBytes
+	}
+	if c.BootPolicy.VerdictLogKeep == 0 {
+		c.BootPolicy.VerdictLogKeep = bootpolicy.DefaultVerdictLogKeep
+	}
 	if c.Store.Driver == "" {
 		c.Store.Driver = "sqlite"
 	}
@@ -164,6 +185,12 @@ func (c *Fleetd) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if n := c.BootPolicy.VerdictLogMaxBytes; n < bootpolicy.MinVerdictLogMaxBytes {
+		return fmt.Errorf("boot_policy.verdict_log_max_bytes: %d is below %d", n, bootpolicy.MinVerdictLogMaxBytes)
+	}
+	if n := c.BootPolicy.VerdictLogKeep; n < 1 || n > bootpolicy.MaxVerdictLogKeep {
+		return fmt.Errorf("boot_policy.verdict_log_keep: %d is outside 1..%d", n, bootpolicy.MaxVerdictLogKeep)
 	}
 	if c.Store.Driver != "sqlite" {
 		return fmt.Errorf("store.driver: %q is not supported (use \"sqlite\")", c.Store.Driver)
