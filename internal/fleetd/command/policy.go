@@ -23,7 +23,7 @@ func policyCommand() *cobra.Command {
 func policyCheckCommand() *cobra.Command {
 	var (
 		dir, configPath, class, stage, logPath, pcrsPath string
-		asJSON                                         bool
+		asJSON                                           bool
 	)
 	c := &cobra.Command{
 		Use:   "check --class C --log FILE --pcrs FILE",
