@@ -24,7 +24,8 @@ import (
 // The cost of a boot check on the server, on one core: verify the AK's
 // quote, replay the log, read its boot state and check the policy. The
 // boot is RHEL 8's on a GCE Shielded VM (go-eventlog's rhel8-uefi log:
-// 82 events, Secure Boot on, shim, GRUB and the kernel in PCR 4),
+// 82 events, 28 in PCRs 0–7, Secure Boot on, shim, GRUB and the kernel
+// in PCR 4),
 // re-encoded with SHA-256 digests only, measured into the simulator and
 // quoted. Run with
 //
