@@ -1,11 +1,11 @@
 package attest_test
 
 import (
-	"encoding/binary"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
 
 // FuzzBootState feeds arbitrary event types and data to the boot state's
@@ -14,13 +14,13 @@ import (
 // must not panic, must list every measurement of code, and must keep an
 // image's path short and printable.
 func FuzzBootState(f *testing.F) {
-	f.Add(uint32(evEFIBootServicesApp), imageLoadEvent(`\EFI\BOOT\BOOTX64.EFI`))
+	f.Add(uint32(evEFIBootServicesApp), tpmtest.ImageLoadEvent(`\EFI\BOOT\BOOTX64.EFI`))
 	f.Add(uint32(evEFIBootServicesApp), make([]byte, 40))
 	f.Add(uint32(evEFIBootServicesApp), []byte{})
 	f.Add(uint32(0x80000007), []byte("Calling EFI Application from Boot Option"))
 	f.Add(uint32(evSeparator), []byte{0, 0, 0, 0})
 	f.Add(uint32(0x0000000D), []byte("grub_cmd linux"))
-	long := imageLoadEvent(string(make([]rune, 600)))
+	long := tpmtest.ImageLoadEvent(string(make([]rune, 600)))
 	f.Add(uint32(evEFIBootServicesApp), long)
 	f.Fuzz(func(t *testing.T, typ uint32, data []byte) {
 		events := []logEvent{
@@ -50,24 +50,6 @@ func FuzzBootState(f *testing.F) {
 	})
 }
 
-// imageLoadEvent is a UEFI_IMAGE_LOAD_EVENT whose device path is one media
-// file path node of path, then the end node.
-func imageLoadEvent(path string) []byte {
-	le := binary.LittleEndian
-	var name []byte
-	for _, r := range path + "\x00" {
-		name = le.AppendUint16(name, uint16(r))
-	}
-	var dp []byte
-	dp = append(dp, 0x04, 0x04)
-	dp = le.AppendUint16(dp, uint16(4+len(name)))
-	dp = append(dp, name...)
-	dp = append(dp, 0x7F, 0xFF, 4, 0)
-	b := make([]byte, 24)
-	b = le.AppendUint64(b, uint64(len(dp)))
-	return append(b, dp...)
-}
-
 // TestBootStatePCR4 checks how PCR 4's events are read: an image's path
 // from its device path, strings that are what they measure skipped, and
 // anything else a measurement of code whatever its type.
@@ -77,7 +59,7 @@ func TestBootStatePCR4(t *testing.T) {
 		{pcr: 7, typ: evSeparator, data: []byte{0, 0, 0, 0}},
 		{pcr: 4, typ: 0x80000007, data: action},
 		{pcr: 4, typ: evSeparator, data: []byte{0, 0, 0, 0}},
-		{pcr: 4, typ: evEFIBootServicesApp, data: imageLoadEvent(`\EFI\BOOT\BOOTX64.EFI`), digest: bytesOf(0x11)},
+		{pcr: 4, typ: evEFIBootServicesApp, data: tpmtest.ImageLoadEvent(`\EFI\BOOT\BOOTX64.EFI`), digest: bytesOf(0x11)},
 		// An image labelled as an action: its digest is not its data's.
 		{pcr: 4, typ: 0x80000007, data: action, digest: bytesOf(0x22)},
 		{pcr: 4, typ: evEFIBootServicesApp, data: make([]byte, 40), digest: bytesOf(0x33)},

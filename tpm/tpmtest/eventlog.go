@@ -105,7 +105,7 @@ func (l *EventLog) Authority(c *x509.Certificate) {
 // BootApplication appends the PCR 4 measurement of an EFI image whose
 // Authenticode hash is digest, loaded from path.
 func (l *EventLog) BootApplication(digest []byte, path string) {
-	l.Add(Event{PCR: 4, Type: EvEFIBootServicesApplication, Data: imageLoadEvent(path), Digest: digest})
+	l.Add(Event{PCR: 4, Type: EvEFIBootServicesApplication, Data: ImageLoadEvent(path), Digest: digest})
 }
 
 // Bytes is the log in the binary format of
@@ -180,6 +180,14 @@ func (l *EventLog) Extend(t testing.TB, tr transport.TPM) {
 // closes before it returns (swtpm serves one at a time).
 func (s *Swtpm) ExtendLog(t testing.TB, l *EventLog) {
 	t.Helper()
+	tr := s.raw(t)
+	defer tr.Close()
+	l.Extend(t, tr)
+}
+
+// raw opens a connection of its own to the swtpm's command port.
+func (s *Swtpm) raw(t testing.TB) transport.TPMCloser {
+	t.Helper()
 	tr, err := tcp.Open(tcp.Config{
 		CommandAddress:  net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)),
 		PlatformAddress: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port+1)),
@@ -187,8 +195,7 @@ func (s *Swtpm) ExtendLog(t testing.TB, l *EventLog) {
 	if err != nil {
 		t.Fatalf("open swtpm: %v", err)
 	}
-	defer tr.Close()
-	l.Extend(t, tr)
+	return tr
 }
 
 // variableData is a UEFI_VARIABLE_DATA (PC Client Platform Firmware
@@ -237,10 +244,11 @@ func appendSignatureList(b []byte, typ [16]byte, entries [][]byte) []byte {
 	return b
 }
 
-// imageLoadEvent is a UEFI_IMAGE_LOAD_EVENT whose device path is one
-// media file path node of path, then the end node (section 10.2.3; UEFI
-// 2.10, section 10.3.5.4).
-func imageLoadEvent(path string) []byte {
+// ImageLoadEvent is the data of an image's EV_EFI_BOOT_SERVICES_APPLICATION
+// event: a UEFI_IMAGE_LOAD_EVENT whose device path is one media file path
+// node of path, then the end node (section 10.2.3; UEFI 2.10, section
+// 10.3.5.4).
+func ImageLoadEvent(path string) []byte {
 	le := binary.LittleEndian
 	var name []byte
 	for _, c := range utf16.Encode([]rune(path + "\x00")) {
@@ -280,13 +288,7 @@ func (s *Swtpm) Reboot(t testing.TB) {
 	if binary.BigEndian.Uint32(rc[:]) != 0 {
 		t.Fatalf("swtpm CMD_INIT: result %#x", rc)
 	}
-	tr, err := tcp.Open(tcp.Config{
-		CommandAddress:  net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port)),
-		PlatformAddress: net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port+1)),
-	})
-	if err != nil {
-		t.Fatalf("open swtpm: %v", err)
-	}
+	tr := s.raw(t)
 	defer tr.Close()
 	if _, err := (tpm2.Startup{StartupType: tpm2.TPMSUClear}).Execute(tr); err != nil {
 		t.Fatalf("TPM2_Startup after a reset: %v", err)

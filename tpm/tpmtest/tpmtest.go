@@ -25,7 +25,6 @@ import (
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
-	"github.com/google/go-tpm/tpm2/transport/tcp"
 
 	"github.com/nodetrust/nodetrust/tpm"
 )
@@ -276,15 +275,9 @@ func LoadedHandles(tr transport.TPM) (objects, sessions int, err error) {
 // serves one at a time.
 func (s *Swtpm) Handles(t testing.TB) (objects, sessions int) {
 	t.Helper()
-	tr, err := tcp.Open(tcp.Config{
-		CommandAddress:  fmt.Sprintf("127.0.0.1:%d", s.Port),
-		PlatformAddress: fmt.Sprintf("127.0.0.1:%d", s.Port+1),
-	})
-	if err != nil {
-		t.Fatalf("open swtpm: %v", err)
-	}
+	tr := s.raw(t)
 	defer tr.Close()
-	objects, sessions, err = LoadedHandles(tr)
+	objects, sessions, err := LoadedHandles(tr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,3 +76,22 @@ func ParsePCRs(b []byte) (map[int][]byte, error) {
 	}
 	return out, nil
 }
+
+// ReadEvidenceFiles reads a boot captured for an offline check: the event
+// log at logPath (at most attest.MaxEventLogSize bytes) and the PCR values
+// at pcrsPath ([ParsePCRs]). The evidence has no quote.
+func ReadEvidenceFiles(logPath, pcrsPath string) (Evidence, error) {
+	log, err := readBounded(logPath, attest.MaxEventLogSize)
+	if err != nil {
+		return Evidence{}, fmt.Errorf("read the event log: %w", err)
+	}
+	raw, err := readBounded(pcrsPath, MaxPCRFileSize)
+	if err != nil {
+		return Evidence{}, fmt.Errorf("read the PCR values: %w", err)
+	}
+	pcrs, err := ParsePCRs(raw)
+	if err != nil {
+		return Evidence{}, fmt.Errorf("%s: %w", pcrsPath, err)
+	}
+	return Evidence{PCRs: pcrs, EventLog: log}, nil
+}

@@ -3,12 +3,10 @@ package command
 import (
 	"fmt"
 	"io"
-	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
@@ -64,19 +62,11 @@ or the check cannot be made, 2 for a command-line mistake.`,
 			if err != nil {
 				return err
 			}
-			log, err := readLimited(logPath, attest.MaxEventLogSize)
+			ev, err := bootpolicy.ReadEvidenceFiles(logPath, pcrsPath)
 			if err != nil {
-				return fmt.Errorf("read the event log: %w", err)
+				return err
 			}
-			rawPCRs, err := readLimited(pcrsPath, bootpolicy.MaxPCRFileSize)
-			if err != nil {
-				return fmt.Errorf("read the PCR values: %w", err)
-			}
-			pcrs, err := bootpolicy.ParsePCRs(rawPCRs)
-			if err != nil {
-				return fmt.Errorf("%s: %w", pcrsPath, err)
-			}
-			v, err := ps.Evaluate(class, st, bootpolicy.Evidence{PCRs: pcrs, EventLog: log})
+			v, err := ps.Evaluate(class, st, ev)
 			if err != nil {
 				return err
 			}
@@ -103,23 +93,6 @@ or the check cannot be made, 2 for a command-line mistake.`,
 	f.StringVar(&pcrsPath, "pcrs", "", "its SHA-256 PCR values 0-7, as tpm2_pcrread prints them")
 	f.BoolVar(&asJSON, "json", false, "print the verdict as JSON (the format of verdicts.jsonl)")
 	return c
-}
-
-// readLimited reads a file of at most limit bytes.
-func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > limit {
-		return nil, fmt.Errorf("%s: more than %d bytes", path, limit)
-	}
-	return b, nil
 }
 
 // printVerdict writes a verdict for a person: the outcome, every rule,
