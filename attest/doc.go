@@ -46,7 +46,8 @@
 // require the TPM2_Create creation attestation such an AK lacks. Challenges
 // are made with go-tpm's tpm2.CreateCredential instead.
 //
-// Importers: the control plane (internal/fleetd/service). It imports neither package
+// Importers: the control plane (internal/fleetd/service, and
+// internal/fleetd/bootpolicy for boot policy). It imports neither package
 // tpm (the node's side) nor anything that stores or serves. The API is
 // internal to nodetrust and may change.
 package attest
