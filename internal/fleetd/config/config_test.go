@@ -43,6 +43,7 @@ func TestLoadFleetdRefusals(t *testing.T) {
 		{"a lifetime over 24h", "pki_dir = \"p\"\ndata_dir = \"d\"\nnode_cert_lifetime = \"25h\"\n", "node_cert_lifetime"},
 		{"a malformed duration", "pki_dir = \"p\"\ndata_dir = \"d\"\ntoken_ttl = \"soon\"\n", "duration"},
 		{"an unknown store", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\ndriver = \"mysql\"\n", "store.driver"},
+		{"a relative PKCS#11 module", "pki_dir = \"p\"\ndata_dir = \"d\"\n[pkcs11]\nmodule = \"libsofthsm2.so\"\n", "pkcs11.module"},
 		{"a bad log level", "pki_dir = \"p\"\ndata_dir = \"d\"\nlog_level = \"loud\"\n", "log_level"},
 	}
 	for _, tc := range cases {

@@ -41,6 +41,7 @@ type Fleetd struct {
 	LogLevel string `toml:"log_level"`
 	Store    Store  `toml:"store"`
 	TPM      TPM    `toml:"tpm"`
+	PKCS11   PKCS11 `toml:"pkcs11"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -57,6 +58,17 @@ type TPM struct {
 	EKIntermediates []string `toml:"ek_intermediates"`
 	// ChallengeTTL is how long a challenge round may be answered.
 	ChallengeTTL Duration `toml:"challenge_ttl"`
+}
+
+// PKCS11 says how to reach the PKCS#11 tokens that hold keys of the PKI
+// (docs/pki.md). A key's own URI (its <use>.keyref in pki_dir) may name
+// its module and PIN file instead; the URI wins.
+type PKCS11 struct {
+	// Module is the PKCS#11 library (an absolute path).
+	Module string `toml:"module"`
+	// PINFile holds the token's user PIN (one line, mode 0600); never
+	// the PIN itself in this file or on a command line.
+	PINFile string `toml:"pin_file"`
 }
 
 // Store selects the control plane's store.
@@ -164,6 +176,9 @@ func (c *Fleetd) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
+		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)
 	}
 	if c.Store.Driver != "sqlite" {
 		return fmt.Errorf("store.driver: %q is not supported (use \"sqlite\")", c.Store.Driver)

@@ -71,6 +71,9 @@ func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	if !errors.As(err, &r) {
 		// An internal failure: the caller may retry.
 		j.s.metrics.join(req.Attestor, "failed")
+		if errors.Is(err, pki.ErrKeyUnavailable) {
+			return nil, signFailure("join (request "+reqID+")", err, logkey.RequestID, reqID)
+		}
 		return nil, unavailable("join", "join could not be completed; retry later (request "+reqID+")", err, logkey.RequestID, reqID)
 	}
 	j.s.metrics.join(req.Attestor, "refused")
@@ -262,6 +265,12 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for node %s: %w", in.nodeID, err)
 	}
+	// Sign the answer before the join is recorded: a signing key that
+	// fails (a PKCS#11 token gone) then leaves the token unspent.
+	signed, err := s.signResult(in.csrHash, leaf, in.nodeID, in.role, in.site, in.gen)
+	if err != nil {
+		return nil, err
+	}
 	serial := serialHex(leaf)
 	actor := "ek:" + in.ekPin
 	var tokenHash []byte
@@ -291,10 +300,6 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	}
 	if err != nil {
 		return nil, fmt.Errorf("record join of node %s: %w", in.nodeID, err)
-	}
-	signed, err := s.signResult(in.csrHash, leaf, in.nodeID, in.role, in.site, in.gen)
-	if err != nil {
-		return nil, err
 	}
 	s.log.InfoContext(ctx, "node joined", logkey.NodeID, in.nodeID, logkey.Attestor, in.attestor, "actor", actor,
 		logkey.Serial, serial, "reclaim", in.reclaim, logkey.Generation, in.gen, logkey.Peer, peerAddr(ctx))
