@@ -45,6 +45,9 @@ their certificates, pins and <use>.keyref files naming them:
                                                   one key in its own token and label
   --pkcs11 join-signing=file                      one key as a file after all
 
+A key gets a random id unless its URI names one (id=%02 — a YubiKey's PIV
+module picks the slot by id).
+
 Uses: root-ca, node-ca, devid-ca, serving-ca, serving, join-signing. The module
 and the PIN come from the URI (?module-path=…&pin-source=FILE) or from the
 [pkcs11] section of --config; never put a PIN on the command line.
@@ -166,9 +169,6 @@ func parseKeyPlaces(values []string) (map[pki.KeyUse]keyPlace, error) {
 		u, err := pkcs11key.ParseURI(where)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", use, err)
-		}
-		if len(u.ID) > 0 {
-			return nil, fmt.Errorf("%s: init gives the key its own id; leave id= out", use)
 		}
 		label := u.Object
 		if label == "" {

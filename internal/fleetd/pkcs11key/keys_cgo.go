@@ -113,9 +113,11 @@ func (k *Keys) Open(use pki.KeyUse, ref string) (crypto.Signer, error) {
 }
 
 // Generate makes a new P-256 key labelled label inside the token u names,
-// with a random CKA_ID, not extractable; it refuses when the token already
-// holds a key with that label. The reference it returns is u with the
-// key's label and id.
+// not extractable, with u's id as its CKA_ID or else a random one (a
+// YubiKey's PIV module picks the slot by id: 1 is 9a, 2 is 9c, …); it
+// refuses when the token already holds a key with that label or id. The
+// reference it returns is u with the key's label (as the token stored it:
+// some tokens name keys themselves) and id.
 func (k *Keys) Generate(u *URI, label string) (*pki.ExternalKey, error) {
 	if label == "" {
 		return nil, errors.New("generate a key: empty label")
@@ -129,13 +131,23 @@ func (k *Keys) Generate(u *URI, label string) (*pki.ExternalKey, error) {
 	} else if len(found) > 0 {
 		return nil, fmt.Errorf("%s already holds a key labelled %q: choose another object= for --pkcs11, or delete that key", u.TokenString(), label)
 	}
-	id := make([]byte, 8)
-	if _, err := rand.Read(id); err != nil {
-		return nil, fmt.Errorf("generate a key id: %w", err)
+	id := u.ID
+	if len(id) == 0 {
+		id = make([]byte, 8)
+		if _, err := rand.Read(id); err != nil {
+			return nil, fmt.Errorf("generate a key id: %w", err)
+		}
+	} else if found, err := tok.ctx.FindKeyPairs(id, nil); err != nil {
+		return nil, fmt.Errorf("look for a key with id %x in %s: %w", id, u.TokenString(), err)
+	} else if len(found) > 0 {
+		return nil, fmt.Errorf("%s already holds a key with id %x: choose another id=, or delete that key", u.TokenString(), id)
 	}
 	s, err := tok.ctx.GenerateECDSAKeyPairWithLabel(id, []byte(label), elliptic.P256())
 	if err != nil {
 		return nil, fmt.Errorf("generate a P-256 key in %s: %w", u.TokenString(), err)
+	}
+	if a, err := tok.ctx.GetAttribute(s, crypto11.CkaLabel); err == nil && a != nil && len(a.Value) > 0 {
+		label = string(a.Value)
 	}
 	ref := *u
 	ref.Object, ref.ID = label, id

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThalesGroup/crypto11"
+
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key/softhsmtest"
 	"github.com/nodetrust/nodetrust/pki"
@@ -94,9 +96,42 @@ func TestSoftHSMGenerateOpenSign(t *testing.T) {
 		if n := tok.ObjectFiles(t); n != 2 {
 			t.Errorf("the token holds %d objects, want the key pair's 2", n)
 		}
-		_, err := k.Generate(mustURI(t, hsm.URI(tok)), "nodetrust-node-ca")
+		// The private half is sensitive and cannot be exported: ask the
+		// token on a connection of its own.
+		c, err := crypto11.Configure(&crypto11.Config{Path: softhsmtest.Module, TokenLabel: "fleet", Pin: softhsmtest.PIN})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		priv, err := c.FindKeyPair(nil, []byte("nodetrust-node-ca"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []struct {
+			attr crypto11.AttributeType
+			want byte
+		}{{crypto11.CkaSensitive, 1}, {crypto11.CkaExtractable, 0}} {
+			got, err := c.GetAttribute(priv, a.attr)
+			if err != nil || got == nil || len(got.Value) != 1 || got.Value[0] != a.want {
+				t.Errorf("attribute %#x = %v, %v; want %d", a.attr, got, err, a.want)
+			}
+		}
+		_, err = k.Generate(mustURI(t, hsm.URI(tok)), "nodetrust-node-ca")
 		if err == nil || !strings.Contains(err.Error(), `already holds a key labelled "nodetrust-node-ca"`) {
 			t.Errorf("a second key with the same label: %v", err)
+		}
+		k.Close()
+	})
+	t.Run("a key may be given its id (a YubiKey's PIV slot), once", func(t *testing.T) {
+		k := newKeys(t, pkcs11key.Config{})
+		key := generate(t, k, hsm.URI(tok, "id=%02"), "slot-9c")
+		if !strings.HasPrefix(key.Ref, "pkcs11:token=fleet;object=slot-9c;id=%02;type=private") {
+			t.Errorf("reference %q", key.Ref)
+		}
+		mustSign(t, key.Signer)
+		_, err := k.Generate(mustURI(t, hsm.URI(tok, "id=%02")), "another")
+		if err == nil || !strings.Contains(err.Error(), "already holds a key with id 02") {
+			t.Errorf("a second key with the same id: %v", err)
 		}
 		k.Close()
 	})
