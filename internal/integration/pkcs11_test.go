@@ -2,8 +2,10 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -181,5 +183,56 @@ func TestPKCS11WrongPINStopsServeWithTheWayBack(t *testing.T) {
 	}
 	if strings.Contains(r.stderr, "0000") || strings.Contains(r.stderr, softhsmtest.PIN) {
 		t.Errorf("fleetd serve's error shows a PIN:\n%s", r.stderr)
+	}
+}
+
+// TestPKCS11ReleaseBuildRefusesTokenKeysByName builds fleetd as release
+// builds are (CGO_ENABLED=0) and checks that it refuses a PKI whose keys are
+// in a token, naming the key and the way back, instead of starting without
+// them.
+func TestPKCS11ReleaseBuildRefusesTokenKeysByName(t *testing.T) {
+	hsm := softhsmtest.New(t)
+	hsm.InitToken(t, "fleet")
+	dir := t.TempDir()
+	release := filepath.Join(dir, "fleetd-release")
+	build := exec.Command("go", "build", "-o", release, "github.com/nodetrust/nodetrust/cmd/fleetd")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build fleetd with CGO_ENABLED=0: %v\n%s", err, out)
+	}
+	cfg := filepath.Join(dir, "fleetd.toml")
+	if err := os.WriteFile(cfg, []byte("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = \"127.0.0.1:0\"\n"+pkcs11Config(hsm)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{hsm.Env()}
+	if r := run(t, "", env, "fleetd", "init", "--config", cfg, "--trust-domain", "test.nodetrust.example", "--server-name", "fleetd.test", "--pkcs11", "pkcs11:token=fleet"); r.code != 0 {
+		t.Fatalf("fleetd init (with cgo): %s", r)
+	}
+	runRelease := func(args ...string) result {
+		cmd := exec.Command(release, args...)
+		cmd.Env = append(baseEnv(), env...)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return result{stdout: out.String(), stderr: errb.String(), code: code}
+	}
+	r := runRelease("serve", "--config", cfg)
+	for _, want := range []string{"open the node CA key pkcs11:token=fleet;object=nodetrust-node-ca;", "built without cgo (CGO_ENABLED=0)", "use a fleetd built with CGO_ENABLED=1"} {
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("release fleetd serve does not say %q: %s", want, r)
+		}
+	}
+	r = runRelease("init", "--dir", filepath.Join(dir, "pki2"), "--trust-domain", "test.nodetrust.example", "--server-name", "fleetd.test", "--pkcs11", hsm.URI(&softhsmtest.Token{Label: "fleet"}))
+	if r.code != 1 || !strings.Contains(r.stderr, "built without cgo") {
+		t.Errorf("release fleetd init --pkcs11: %s", r)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "pki2")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a refused init left %s: %v", filepath.Join(dir, "pki2"), err)
 	}
 }

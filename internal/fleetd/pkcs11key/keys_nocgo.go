@@ -22,9 +22,10 @@ func New(cfg Config) *Keys {
 // Close does nothing.
 func (k *Keys) Close() error { return nil }
 
-// Open refuses: the key lives in a token this build cannot reach.
+// Open refuses: the key lives in a token this build cannot reach. (The
+// caller's error names the key and its reference.)
 func (k *Keys) Open(use pki.KeyUse, ref string) (crypto.Signer, error) {
-	return nil, fmt.Errorf("the %s key is %s: %w", use.Description(), ref, ErrNoCgo)
+	return nil, ErrNoCgo
 }
 
 // Generate refuses: this build cannot reach a token.
