@@ -157,18 +157,27 @@ func TestPKCS11KeysSignJoinsAndRenewalsAndSurviveTheTokenGoingAway(t *testing.T)
 	})
 }
 
-func TestPKCS11WrongPINStopsServeWithTheWayBack(t *testing.T) {
-	hsm := softhsmtest.New(t)
+// initInToken makes a SoftHSM2 token "fleet" and, in a new folder, a
+// fleetd.toml naming it and a PKI whose default keys are in it. It returns
+// the folder, the config and the environment that finds the token.
+func initInToken(t *testing.T) (hsm *softhsmtest.SoftHSM, dir, cfg string, env []string) {
+	t.Helper()
+	hsm = softhsmtest.New(t)
 	hsm.InitToken(t, "fleet")
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "fleetd.toml")
+	dir = t.TempDir()
+	cfg = filepath.Join(dir, "fleetd.toml")
 	if err := os.WriteFile(cfg, []byte("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = \"127.0.0.1:0\"\n"+pkcs11Config(hsm)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{hsm.Env()}
+	env = []string{hsm.Env()}
 	if r := run(t, "", env, "fleetd", "init", "--config", cfg, "--trust-domain", "test.nodetrust.example", "--server-name", "fleetd.test", "--pkcs11", "pkcs11:token=fleet"); r.code != 0 {
 		t.Fatalf("fleetd init: %s", r)
 	}
+	return hsm, dir, cfg, env
+}
+
+func TestPKCS11WrongPINStopsServeWithTheWayBack(t *testing.T) {
+	hsm, _, cfg, env := initInToken(t)
 	if err := os.WriteFile(hsm.PINFile, []byte("0000\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -191,22 +200,12 @@ func TestPKCS11WrongPINStopsServeWithTheWayBack(t *testing.T) {
 // in a token, naming the key and the way back, instead of starting without
 // them.
 func TestPKCS11ReleaseBuildRefusesTokenKeysByName(t *testing.T) {
-	hsm := softhsmtest.New(t)
-	hsm.InitToken(t, "fleet")
-	dir := t.TempDir()
+	hsm, dir, cfg, env := initInToken(t)
 	release := filepath.Join(dir, "fleetd-release")
 	build := exec.Command("go", "build", "-o", release, "github.com/nodetrust/nodetrust/cmd/fleetd")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build fleetd with CGO_ENABLED=0: %v\n%s", err, out)
-	}
-	cfg := filepath.Join(dir, "fleetd.toml")
-	if err := os.WriteFile(cfg, []byte("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = \"127.0.0.1:0\"\n"+pkcs11Config(hsm)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	env := []string{hsm.Env()}
-	if r := run(t, "", env, "fleetd", "init", "--config", cfg, "--trust-domain", "test.nodetrust.example", "--server-name", "fleetd.test", "--pkcs11", "pkcs11:token=fleet"); r.code != 0 {
-		t.Fatalf("fleetd init (with cgo): %s", r)
 	}
 	runRelease := func(args ...string) result {
 		cmd := exec.Command(release, args...)

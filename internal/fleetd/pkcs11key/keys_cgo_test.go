@@ -69,11 +69,7 @@ func mustSign(t *testing.T, s crypto.Signer) {
 
 func generate(t *testing.T, k *pkcs11key.Keys, uri, label string) *pki.ExternalKey {
 	t.Helper()
-	u, err := pkcs11key.ParseURI(uri)
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := k.Generate(u, label)
+	key, err := k.Generate(mustURI(t, uri), label)
 	if err != nil {
 		t.Fatal(err)
 	}
