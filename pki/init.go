@@ -385,7 +385,7 @@ func makeInitFiles(o InitOptions) (files []initFile, external []*ExternalKey, bu
 	if err != nil {
 		return nil, external, nil, err
 	}
-	ownerURI, err := url.Parse(adminSPIFFEID(td, OwnerName))
+	ownerID, err := AdminID(td, OwnerName)
 	if err != nil {
 		return nil, external, nil, fmt.Errorf("owner credential: %w", err)
 	}
@@ -396,7 +396,7 @@ func makeInitFiles(o InitOptions) (files []initFile, external []*ExternalKey, bu
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 		BasicConstraintsValid: true,
-		URIs:                  []*url.URL{ownerURI},
+		URIs:                  []*url.URL{ownerID.URL()},
 	}, servingCA, ownerKey.Public(), servingCAKey)
 	if err != nil {
 		return nil, external, nil, fmt.Errorf("owner credential: %w", err)

@@ -24,6 +24,20 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
+# PostgreSQL for the PostgreSQL store's tests and the replicas' end-to-end
+# test: they start throwaway clusters of their own on loopback (as the
+# postgres user when run as root), never the system's cluster.
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "deps: installing postgresql" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  else
+    echo "deps: missing Debian package: postgresql (run 'make deps' as root, or install it)" >&2
+  fi
+fi
+
 # swtpm, swtpm-tools and tpm2-tools for the TPM integration tests.
 ./scripts/swtpm-deps.sh || true
 

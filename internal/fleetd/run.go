@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
-	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 )
@@ -39,6 +39,13 @@ func Run(ctx context.Context, o Options) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Folders others could write would let them replace the CA keys or
+	// the store: refuse them, with the chmod or chown to run.
+	for _, d := range []struct{ what, path string }{{"the PKI folder (pki_dir)", cfg.Resolve(cfg.PKIDir)}, {"the data folder (data_dir)", cfg.Resolve(cfg.DataDir)}} {
+		if err := fileperm.CheckDir(d.path, d.what, 0o700); err != nil {
+			return err
+		}
+	}
 	pkiDir := cfg.Resolve(cfg.PKIDir)
 	keys := pkcs11key.New(pkcs11key.Config{
 		Module:   cfg.PKCS11.Module,
@@ -59,7 +66,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data_dir: %w", err)
 	}
-	st, err := sqlite.Open(ctx, cfg.Resolve(cfg.Store.Path))
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -82,6 +89,8 @@ func Run(ctx context.Context, o Options) error {
 		RenewalWindow:    cfg.RenewalWindow.Duration,
 		RamdiskRoles:     cfg.RamdiskRoles,
 		PendingPoll:      cfg.PendingPoll.Duration,
+
+		AdvertiseAddresses: cfg.AdvertiseAddresses,
 	})
 	if err != nil {
 		return err
@@ -125,7 +134,7 @@ func Run(ctx context.Context, o Options) error {
 			errc <- err
 		}()
 	}
-	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain)
+	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain, "store", cfg.Store.Driver)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String(), httpAddr)
 	}

@@ -128,9 +128,11 @@ type controlPlane struct {
 		JoinSigningKeyPin    string `json:"join_signing_key_pin"`
 		JoinEncryptionKeyPin string `json:"join_encryption_key_pin"`
 	}
-	log     *syncBuffer
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	log    *syncBuffer
+	cmd    *exec.Cmd
+	exited chan struct{}
+	// env is added to the environment of fleetd serve.
+	env     []string
 	waitErr error
 }
 
@@ -159,7 +161,7 @@ func startControlPlaneWith(t *testing.T, o cpOptions) *controlPlane {
 	t.Helper()
 	extraConfig := o.extraConfig
 	dir := t.TempDir()
-	cp := &controlPlane{dir: dir, config: filepath.Join(dir, "fleetd.toml"), log: &syncBuffer{}}
+	cp := &controlPlane{dir: dir, config: filepath.Join(dir, "fleetd.toml"), log: &syncBuffer{}, env: o.env}
 	if len(o.initArgs) > 0 {
 		// init reads the [pkcs11] section of the config.
 		cp.writeConfig(t, "127.0.0.1:0", extraConfig)
@@ -179,9 +181,20 @@ func startControlPlaneWith(t *testing.T, o cpOptions) *controlPlane {
 		t.Fatal(err)
 	}
 	cp.writeConfig(t, "127.0.0.1:0", extraConfig)
+	cp.serve(t)
+	// Admin commands read the address from the config.
+	cp.writeConfig(t, cp.addr, extraConfig)
+	return cp
+}
+
+// serve runs fleetd serve on cp.config and returns once it says it is
+// serving, with cp.addr set; the server is stopped when the test ends.
+func (cp *controlPlane) serve(t *testing.T) {
+	t.Helper()
+	cp.log = &syncBuffer{}
 
 	cmd := exec.Command(bin(t, "fleetd"), "serve", "--config", cp.config)
-	cmd.Env = append(baseEnv(), o.env...)
+	cmd.Env = append(baseEnv(), cp.env...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	cmd.Stdout = cp.log
@@ -215,9 +228,6 @@ func startControlPlaneWith(t *testing.T, o cpOptions) *controlPlane {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("fleetd serve did not start within 60s:\n%s", cp.log)
 	}
-	// Admin commands read the address from the config.
-	cp.writeConfig(t, cp.addr, extraConfig)
-	return cp
 }
 
 func (cp *controlPlane) writeConfig(t *testing.T, listen, extra string) {

@@ -32,7 +32,9 @@ type Config struct {
 	// to target instead of starting one: its address, pki_dir (owner
 	// credential and pins) and renewal_limit are read from it.
 	ServerConfig string
-	// Server overrides the address read from ServerConfig.
+	// Server overrides the address read from ServerConfig; several,
+	// comma-separated, are replicas on one database: each connection takes
+	// the next, admin calls go to the first.
 	Server string
 	// ServerPID is the running server's process; 0 looks for the local
 	// process listening on the server's port.
@@ -149,7 +151,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&c.Revoke, "revoke", -1, "nodes revoked while all sessions are held (default 10% of --nodes)")
 	fs.StringVar(&c.Fleetd, "fleetd", "", "fleetd binary to start (default: fleetd next to this program, else in PATH)")
 	fs.StringVar(&c.ServerConfig, "config", "", "target the running server of this fleetd.toml instead of starting one")
-	fs.StringVar(&c.Server, "server", "", "with --config: the server's address, when not the one in fleetd.toml")
+	fs.StringVar(&c.Server, "server", "", "with --config: the server's address, when not the one in fleetd.toml; several, comma-separated, for replicas on one database (connections take them in turn; admin calls go to the first)")
 	fs.IntVar(&c.ServerPID, "server-pid", 0, "with --config: the server's process id (default: the local process listening on its port)")
 	fs.StringVar(&c.KEM, "kem", pki.KEMP256, "join encryption KEM of the started server: p256 or mlkem768-p256")
 	fs.StringArrayVar(&c.PKCS11, "pkcs11", nil, "a started server makes its keys in a PKCS#11 token: passed to fleetd init --pkcs11 (repeatable; see docs/pki.md)")

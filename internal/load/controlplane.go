@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -212,7 +213,7 @@ func targetControlPlane(ctx context.Context, c *Config, warn func(string, ...any
 		warn("the server allows %d renewals per node in %s (renewal_limit), the run asks for %d: expect pushback errors", cp.renewalLimit, cfg.RenewalWindow.Duration, c.Renewals)
 	}
 	if cp.pid == 0 {
-		if cp.pid, err = findListenerPID(cp.addr); err != nil {
+		if cp.pid, err = findListenerPID(cp.first()); err != nil {
 			warn("%v; server CPU and memory are not reported", err)
 			cp.pid = 0
 		}
@@ -232,9 +233,9 @@ func (cp *controlPlane) connect(ctx context.Context, pkiDir string) error {
 		return fmt.Errorf("load the owner credential from %s: %w", pkiDir, err)
 	}
 	tc := tlspin.Client(cp.bundle.ServingCASPKIPin, cp.bundle.ServerName, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil })
-	cp.adminConn, err = grpc.NewClient("passthrough:///"+cp.addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	cp.adminConn, err = grpc.NewClient("passthrough:///"+cp.first(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
 	if err != nil {
-		return fmt.Errorf("dial fleetd at %s: %w", cp.addr, err)
+		return fmt.Errorf("dial fleetd at %s: %w", cp.first(), err)
 	}
 	cp.admin = adminv1.NewAdminClient(cp.adminConn)
 	join := joinv1.NewJoinServiceClient(cp.adminConn)
@@ -247,7 +248,7 @@ func (cp *controlPlane) connect(ctx context.Context, pkiDir string) error {
 			break
 		}
 		if attempt == 50 || ctx.Err() != nil {
-			return fmt.Errorf("fetch the well-known document from %s: %w", cp.addr, err)
+			return fmt.Errorf("fetch the well-known document from %s: %w", cp.first(), err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -271,6 +272,13 @@ func (cp *controlPlane) connect(ctx context.Context, pkiDir string) error {
 		return errors.New("the join encryption key does not have join_encryption_key_pin")
 	}
 	return nil
+}
+
+// first is the first of the server's addresses: the one admin calls use
+// and whose process the server columns measure.
+func (cp *controlPlane) first() string {
+	a, _, _ := strings.Cut(cp.addr, ",")
+	return a
 }
 
 // alive reports whether a started server is still running.

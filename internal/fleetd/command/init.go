@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodetrust/nodetrust/internal/cli"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
 	"github.com/nodetrust/nodetrust/pki"
@@ -32,7 +33,9 @@ func initCommand() *cobra.Command {
 and serving certificate, the JoinService signing key, the join encryption key (and
 its public half as join-encryption.jwk), an owner admin credential (admin/), and
 pki-bundle.json with the three pins an install script gives to nodes.
-Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything.
+Private keys are PKCS#8 files with mode 0600. It refuses to overwrite anything,
+and refuses a --dir that other users may write or another user owns (the
+message gives the chmod or chown to run).
 
 --pkcs11 makes keys inside PKCS#11 tokens instead (RFC 7512 URIs) and writes only
 their certificates, pins and <use>.keyref files naming them:
@@ -75,6 +78,9 @@ See docs/pki.md.`,
 					return cli.Usagef("--server-ip %q is not an IP address", s)
 				}
 				parsed = append(parsed, ip)
+			}
+			if err := fileperm.CheckDir(dir, "the PKI folder", 0o700); err != nil {
+				return err
 			}
 			places, err := parseKeyPlaces(tokenKeys)
 			if err != nil {

@@ -40,6 +40,11 @@ func (e *callError) Error() string {
 
 func (e *callError) Unwrap() error { return e.cause }
 
+// storeRetry is the pushback of a call refused because the store could not
+// be reached: long enough not to hammer a database that is coming back,
+// short enough that service resumes soon after it does.
+const storeRetry = 5 * time.Second
+
 // refused is a refusal whose message the caller may read.
 func refused(code codes.Code, format string, args ...any) *callError {
 	return &callError{code: code, msg: fmt.Sprintf(format, args...)}
@@ -98,6 +103,13 @@ func (s *Server) classify(ctx context.Context, err error, attrs ...any) *callErr
 	if ce.cause != nil {
 		s.log.ErrorContext(ctx, ce.op+" failed", append(append(attrs, ce.attrs...), logkey.Error, ce.cause)...)
 	}
+	if ce.pushback == 0 && errors.Is(ce.cause, store.ErrUnavailable) {
+		// The database is away: nothing was decided; the caller waits
+		// and tries again (the node keeps its certificate and session).
+		out := *ce
+		out.pushback = storeRetry
+		return &out
+	}
 	return ce
 }
 
@@ -110,7 +122,7 @@ func (s *Server) wireError(ctx context.Context, err error, attrs ...any) error {
 	}
 	ce := s.classify(ctx, err, attrs...)
 	if ce.pushback > 0 {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(ce.pushback.Milliseconds(), 10)))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(ceilMillis(ce.pushback), 10)))
 	}
 	return status.Error(ce.code, ce.msg)
 }
@@ -119,7 +131,7 @@ func (s *Server) wireError(ctx context.Context, err error, attrs ...any) error {
 // Error answer the session carries.
 func (s *Server) sessionError(ctx context.Context, err error, attrs ...any) *gatewayv1.Error {
 	ce := s.classify(ctx, err, attrs...)
-	return &gatewayv1.Error{Code: uint32(ce.code), Message: ce.msg, RetryPushbackMs: uint32(ce.pushback.Milliseconds())}
+	return &gatewayv1.Error{Code: uint32(ce.code), Message: ce.msg, RetryPushbackMs: uint32(ceilMillis(ce.pushback))}
 }
 
 // codeOf is the wire code err will be answered with, for metrics.
@@ -154,4 +166,10 @@ func (s *Server) unaryErrors(ctx context.Context, req any, _ *grpc.UnaryServerIn
 // streamErrors answers every stream's error through wireError.
 func (s *Server) streamErrors(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	return s.wireError(ss.Context(), h(srv, ss))
+}
+
+// ceilMillis is d in whole milliseconds, rounded up: a node that waits
+// exactly the pushback it was told must not come back early.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -176,16 +175,8 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 	asked := req.NodeId
 	var pending store.Pending
 	if req.DeferralId != "" {
-		pending, err = s.cfg.Store.GetPending(ctx, req.DeferralId)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return nil, o.deny("unknown deferral")
-		case err != nil:
-			return nil, fmt.Errorf("look up deferral: %w", err)
-		case !bytes.Equal(pending.CSRHash, csrHash) || !bytes.Equal(pending.TokenHash, o.hash):
-			return nil, o.deny("the deferral belongs to another request")
-		case !now.Before(pending.ExpiresAt):
-			return nil, o.deny("the pending join expired at %s", pending.ExpiresAt.UTC().Format(time.RFC3339))
+		if pending, err = j.pendingFor(ctx, req.DeferralId, o, csrHash); err != nil {
+			return nil, err
 		}
 		asked = pending.NodeID
 	}
@@ -215,11 +206,7 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 			return nil, o.deny("the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
 		}
 		if pending.ApprovedAt.IsZero() {
-			return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
-				DeferralId:   pending.ID,
-				RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
-				Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", nodeID, nodeID),
-			}}}, nil
+			return pendingResponse(s, pending), nil
 		}
 	}
 	return j.issue(ctx, issuance{
@@ -227,6 +214,15 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 		role: tok.Role, site: tok.Site, attestor: "token", claims: claims,
 		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
 	})
+}
+
+// pendingResponse tells a join to wait for the owner's approval of p.
+func pendingResponse(s *Server, p store.Pending) *joinv1.JoinResponse {
+	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
+		DeferralId:   p.ID,
+		RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
+		Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", p.NodeID, p.NodeID),
+	}}}
 }
 
 // issuance is everything a successful join decided.
@@ -271,7 +267,7 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	if err != nil {
 		return nil, err
 	}
-	serial := serialHex(leaf)
+	serial := pki.SerialHex(leaf)
 	actor := "ek:" + in.ekPin
 	var tokenHash []byte
 	if in.token != nil {
@@ -457,8 +453,6 @@ func capList(in []string) []string {
 	}
 	return out
 }
-
-func serialHex(c *x509.Certificate) string { return hex.EncodeToString(c.SerialNumber.Bytes()) }
 
 func newRequestID() string { return randomHex(8) }
 

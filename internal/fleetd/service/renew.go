@@ -127,7 +127,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	if err != nil {
 		return nil, signFailure("renewal", fmt.Errorf("sign: %w", err), logkey.NodeID, cur.node.ID)
 	}
-	serial := serialHex(next)
+	serial := pki.SerialHex(next)
 	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, nil)
 	if errors.Is(err, store.ErrConflict) {
 		return nil, refused(codes.Unauthenticated, "node %s was revoked during the renewal", cur.node.ID)
