@@ -30,7 +30,7 @@ Start here:
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), policyCommand())
+	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), policyCommand(), pkiCommand())
 	return root
 }
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -52,19 +53,26 @@ type Config struct {
 	// ProbeTimeout is how long an older session of a node may take to
 	// answer a probe before a new process's session replaces it.
 	ProbeTimeout time.Duration
+	// AdvertiseAddresses are the replicas' gRPC addresses the well-known
+	// document names, for nodes to move between.
+	AdvertiseAddresses []string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
 
 // Server holds the control plane's services.
 type Server struct {
-	cfg        Config
-	metrics    *metrics
-	sessions   *sessions
-	challenges challenges
-	log        *slog.Logger
-	wellKnown  []byte
-	clientCAs  *x509.CertPool
+	cfg       Config
+	metrics   *metrics
+	sessions  *sessions
+	log       *slog.Logger
+	wellKnown []byte
+	clientCAs *x509.CertPool
+	// replica names this process among the replicas that share a store.
+	replica string
+	// probes are the answers awaited from other replicas, by probe id.
+	probeMu sync.Mutex
+	probes  map[string]chan string
 }
 
 // New checks cfg and builds a Server.
@@ -105,14 +113,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	doc, err := WellKnownDocument(cfg.Authority)
+	doc, err := WellKnownDocument(cfg.Authority, cfg.AdvertiseAddresses)
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
 	pool.AddCert(cfg.Authority.ServingCA)
 	pool.AddCert(cfg.Authority.NodeCA)
-	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions()}
+	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(),
+		replica: randomHex(8), probes: map[string]chan string{}}
 	s.metrics = newMetrics(s)
 	return s, nil
 }
@@ -153,6 +162,10 @@ func (s *Server) GRPCServer() *grpc.Server {
 // Serve serves gRPC on ln until ctx is done, then stops gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	g := s.GRPCServer()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); s.watchRevocations(watchCtx) }()
+	defer func() { stopWatch(); <-watched }()
 	done := make(chan struct{})
 	go func() {
 		select {
