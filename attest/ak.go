@@ -117,8 +117,8 @@ func AKName(akPublicArea []byte) ([]byte, error) {
 	return name, nil
 }
 
-// AKNameHex is [AKName] as lower-case hex, the form the node certificate's
-// "urn:nodetrust:tpm-ak:" URI SAN carries (pki.TPMAKURNPrefix).
+// AKNameHex is [AKName] as lower-case hex, the form logs and the legacy
+// "urn:nodetrust:tpm-ak:" URI SAN (pki.TPMAKURNPrefix) show it in.
 func AKNameHex(akPublicArea []byte) (string, error) {
 	name, err := AKName(akPublicArea)
 	if err != nil {

@@ -3,6 +3,9 @@ package pki
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
 // Limits of identifiers.
@@ -57,14 +60,57 @@ func isLowerAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
 }
 
-// NodeSPIFFEID returns "spiffe://<trustDomain>/node/<nodeID>". It does not
-// validate its arguments; callers check them with [ValidTrustDomain] and
-// [ValidNodeID].
+// NodeSPIFFEID returns the node's SPIFFE ID, "spiffe://<trustDomain>/node/<nodeID>",
+// built with go-spiffe's spiffeid package. It returns "" when trustDomain
+// or nodeID is not valid ([ValidTrustDomain], [ValidNodeID]), so a caller
+// comparing IDs never matches an invalid one.
 func NodeSPIFFEID(trustDomain, nodeID string) string {
-	return "spiffe://" + trustDomain + "/node/" + nodeID
+	id, err := NodeID(trustDomain, nodeID)
+	if err != nil {
+		return ""
+	}
+	return id.String()
 }
 
-// adminSPIFFEID returns "spiffe://<trustDomain>/admin/<name>".
-func adminSPIFFEID(trustDomain, name string) string {
-	return "spiffe://" + trustDomain + "/admin/" + name
+// NodeID returns the node's SPIFFE ID spiffe://<trustDomain>/node/<nodeID>
+// after checking both parts with [ValidTrustDomain] and [ValidNodeID].
+func NodeID(trustDomain, nodeID string) (spiffeid.ID, error) {
+	return memberID(trustDomain, nodePath, nodeID, "node id", ValidNodeID)
+}
+
+// The first path segment of the SPIFFE IDs nodetrust issues.
+const (
+	nodePath  = "node"
+	adminPath = "admin"
+)
+
+// memberID builds spiffe://<trustDomain>/<kind>/<name> with go-spiffe,
+// after checking the trust domain and the name with valid.
+func memberID(trustDomain, kind, name, what string, valid func(string) error) (spiffeid.ID, error) {
+	if err := ValidTrustDomain(trustDomain); err != nil {
+		return spiffeid.ID{}, err
+	}
+	if err := valid(name); err != nil {
+		return spiffeid.ID{}, err
+	}
+	td, err := spiffeid.TrustDomainFromString(trustDomain)
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("trust domain %q: %w", trustDomain, err)
+	}
+	id, err := spiffeid.FromSegments(td, kind, name)
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("%s %q: %w", what, name, err)
+	}
+	return id, nil
+}
+
+// splitMemberID splits a SPIFFE ID of the form spiffe://<td>/<kind>/<name>
+// (parsed by go-spiffe) into its trust domain and name, refusing another
+// kind or any other number of path segments.
+func splitMemberID(id spiffeid.ID, kind string) (td, name string, ok bool) {
+	rest, found := strings.CutPrefix(id.Path(), "/"+kind+"/")
+	if !found || rest == "" || strings.Contains(rest, "/") {
+		return "", "", false
+	}
+	return id.TrustDomain().Name(), rest, true
 }

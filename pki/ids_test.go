@@ -59,4 +59,9 @@ func TestNodeSPIFFEID(t *testing.T) {
 	if got, want := NodeSPIFFEID("example.org", "n1"), "spiffe://example.org/node/n1"; got != want {
 		t.Errorf("NodeSPIFFEID = %q, want %q", got, want)
 	}
+	for _, bad := range [][2]string{{"Example.org", "n1"}, {"example.org", "N1"}, {"", "n1"}, {"example.org", "a/b"}} {
+		if got := NodeSPIFFEID(bad[0], bad[1]); got != "" {
+			t.Errorf("NodeSPIFFEID(%q, %q) = %q, want \"\" for an invalid part", bad[0], bad[1], got)
+		}
+	}
 }

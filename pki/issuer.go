@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/big"
@@ -14,10 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 )
-
-// TPMAKURNPrefix starts the URI SAN naming the TPM attestation key that
-// certified a node key: "urn:nodetrust:tpm-ak:" + lower-case hex TPM name.
-const TPMAKURNPrefix = "urn:nodetrust:tpm-ak:"
 
 // Limits on the role and site carried in a node certificate (the X.520
 // upper bound for an organizational unit name, and a generous one for a
@@ -103,7 +98,8 @@ type LeafRequest struct {
 	// At most MaxSiteLen bytes of printable UTF-8.
 	Site string
 	// TPMAKName, when set, is the TPM name of the attestation key that
-	// certified PublicKey; it adds the URI SAN TPMAKURNPrefix + hex.
+	// certified PublicKey; it adds the non-critical extension
+	// [OIDTPMAKName].
 	TPMAKName []byte
 	// NotBefore and NotAfter bound the certificate. They are clamped into
 	// the CA's own validity; the result must still be a non-empty interval.
@@ -112,8 +108,9 @@ type LeafRequest struct {
 
 // Issue signs a node certificate: a random positive 128-bit serial; subject
 // CommonName = node id, OrganizationalUnit = [role], Locality = [site],
-// Organization = [trust domain]; URI SANs spiffe://<td>/node/<id> and, when
-// TPMAKName is set, the TPM AK URN; no DNS names; key usage
+// Organization = [trust domain]; the SPIFFE ID spiffe://<td>/node/<id> as
+// the only URI SAN (an X.509-SVID, built with go-spiffe); when TPMAKName is
+// set, the non-critical extension [OIDTPMAKName]; no DNS names; key usage
 // DigitalSignature; extended key usages ClientAuth and ServerAuth.
 // Lifetime policy (at most 24 h, 2 h for ramdisk nodes) is the caller's.
 func (i *Issuer) Issue(r LeafRequest) (*x509.Certificate, error) {
@@ -148,13 +145,17 @@ func (i *Issuer) Issue(r LeafRequest) (*x509.Certificate, error) {
 			i.ca.NotBefore.UTC().Format(time.RFC3339), i.ca.NotAfter.UTC().Format(time.RFC3339))
 	}
 
-	spiffe, err := url.Parse(NodeSPIFFEID(i.trustDomain, r.NodeID))
+	spiffe, err := NodeID(i.trustDomain, r.NodeID)
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for %s: SPIFFE ID: %w", r.NodeID, err)
 	}
-	uris := []*url.URL{spiffe}
+	var exts []pkix.Extension
 	if len(r.TPMAKName) > 0 {
-		uris = append(uris, &url.URL{Scheme: "urn", Opaque: "nodetrust:tpm-ak:" + hex.EncodeToString(r.TPMAKName)})
+		ext, err := tpmAKNameExtension(r.TPMAKName)
+		if err != nil {
+			return nil, fmt.Errorf("issue certificate for %s: %w", r.NodeID, err)
+		}
+		exts = append(exts, ext)
 	}
 	serial, err := randomSerial()
 	if err != nil {
@@ -178,7 +179,8 @@ func (i *Issuer) Issue(r LeafRequest) (*x509.Certificate, error) {
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
-		URIs:                  uris,
+		URIs:                  []*url.URL{spiffe.URL()},
+		ExtraExtensions:       exts,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, i.ca, r.PublicKey, i.key)
 	if err != nil {

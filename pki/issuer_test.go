@@ -8,11 +8,17 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"math/big"
 	"net/url"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 )
 
 func TestIssueAndParseNodeCert(t *testing.T) {
@@ -32,9 +38,9 @@ func TestIssueAndParseNodeCert(t *testing.T) {
 			wantOU:   []string{"worker"}, wantSite: []string{"ams1"},
 		},
 		{
-			name: "a TPM-certified node certificate also names the AK",
+			name: "a TPM-certified node certificate names the AK in an extension, not a URI SAN",
 			role: "worker", ak: ak,
-			wantURIs: []string{"spiffe://example.test/node/n1", "urn:nodetrust:tpm-ak:000bdeadbeef"},
+			wantURIs: []string{"spiffe://example.test/node/n1"},
 			wantOU:   []string{"worker"},
 		},
 		{
@@ -76,6 +82,18 @@ func TestIssueAndParseNodeCert(t *testing.T) {
 			if err := c.CheckSignatureFrom(a.NodeCA); err != nil {
 				t.Errorf("leaf not signed by node CA: %v", err)
 			}
+			// go-spiffe takes it as an X.509-SVID of its node.
+			id := verifySVID(t, a, c, testNow)
+			if id.String() != "spiffe://example.test/node/n1" {
+				t.Errorf("x509svid reads SPIFFE ID %s", id)
+			}
+			ext := findExtension(c, OIDTPMAKName)
+			switch {
+			case tt.ak == nil && ext != nil:
+				t.Error("a certificate without an AK carries the AK extension")
+			case tt.ak != nil && (ext == nil || ext.Critical):
+				t.Errorf("the AK extension is %+v, want one, not critical", ext)
+			}
 
 			info, err := ParseNodeCert(c)
 			if err != nil {
@@ -84,10 +102,37 @@ func TestIssueAndParseNodeCert(t *testing.T) {
 			want := NodeCertInfo{NodeID: "n1", TrustDomain: testTD, SPIFFEID: "spiffe://example.test/node/n1",
 				Role: tt.role, Site: tt.site, TPMAKName: tt.ak}
 			if info.NodeID != want.NodeID || info.TrustDomain != want.TrustDomain || info.SPIFFEID != want.SPIFFEID ||
-				info.Role != want.Role || info.Site != want.Site || !bytes.Equal(info.TPMAKName, want.TPMAKName) {
+				info.Role != want.Role || info.Site != want.Site || !bytes.Equal(info.TPMAKName, want.TPMAKName) || info.LegacyAKURN {
 				t.Errorf("ParseNodeCert = %+v, want %+v", info, want)
 			}
 		})
+	}
+}
+
+func TestParseNodeCertReadsTheLegacyAKURN(t *testing.T) {
+	a, _ := newAuthority(t, "")
+	c := signWithNodeCA(t, a, &x509.Certificate{
+		Subject:  pkix.Name{CommonName: "n1", Organization: []string{testTD}, OrganizationalUnit: []string{"worker"}},
+		URIs:     mustURIs(t, "spiffe://example.test/node/n1", "urn:nodetrust:tpm-ak:000bdeadbeef"),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+	info, err := ParseNodeCert(c)
+	if err != nil {
+		t.Fatalf("a certificate of the old form does not parse: %v", err)
+	}
+	if !bytes.Equal(info.TPMAKName, []byte{0, 0xb, 0xde, 0xad, 0xbe, 0xef}) || !info.LegacyAKURN || info.NodeID != "n1" {
+		t.Errorf("ParseNodeCert of the old form = %+v", info)
+	}
+	// The old form is why the new one exists: go-spiffe refuses it.
+	if _, err := x509svid.IDFromCert(c); err == nil || !strings.Contains(err.Error(), "more than one URI SAN") {
+		t.Errorf("x509svid.IDFromCert of the old form: %v, want more than one URI SAN", err)
+	}
+	// Its renewal, which reissues with the name ParseNodeCert read, is an
+	// X.509-SVID.
+	next := issueLeaf(t, a.Issuer, mustKey(t), info.NodeID, info.Role, info.Site, info.TPMAKName)
+	verifySVID(t, a, next, testNow)
+	if again, err := ParseNodeCert(next); err != nil || again.LegacyAKURN || !bytes.Equal(again.TPMAKName, info.TPMAKName) {
+		t.Errorf("the reissued certificate parses as %+v, %v", again, err)
 	}
 }
 
@@ -233,11 +278,11 @@ func TestParseNodeCertRefuses(t *testing.T) {
 			&x509.Certificate{Subject: subj}},
 		{"two spiffe URIs are refused", "more than one spiffe URI",
 			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "spiffe://example.test/node/n2")}},
-		{"an admin SPIFFE ID is not a node's", "is not a node SPIFFE ID",
+		{"an admin SPIFFE ID is not a node's", "is not of the form",
 			&x509.Certificate{Subject: subj, URIs: mustURIs(t, "spiffe://example.test/admin/owner")}},
-		{"a nested path is refused", "node id",
+		{"a nested path is refused", "is not of the form",
 			&x509.Certificate{Subject: subj, URIs: mustURIs(t, "spiffe://example.test/node/n1/x")}},
-		{"a query is refused", "is not of the form",
+		{"a query is refused", "spiffe URI",
 			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node+"?x=1")}},
 		{"a port is refused", "trust domain",
 			&x509.Certificate{Subject: subj, URIs: mustURIs(t, "spiffe://example.test:8443/node/n1")}},
@@ -255,6 +300,14 @@ func TestParseNodeCertRefuses(t *testing.T) {
 			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "urn:nodetrust:tpm-ak:abc")}},
 		{"an empty AK name is refused", "TPM AK URN",
 			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "urn:nodetrust:tpm-ak:")}},
+		{"an AK named by both the URN and the extension is refused", "named twice",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "urn:nodetrust:tpm-ak:00"), ExtraExtensions: []pkix.Extension{akExt(t, []byte{0, 1})}}},
+		{"an empty AK extension is refused", "TPM AK name extension",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node), ExtraExtensions: []pkix.Extension{akExt(t, []byte{})}}},
+		{"an AK extension that is no OCTET STRING is refused", "TPM AK name extension",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node), ExtraExtensions: []pkix.Extension{{Id: OIDTPMAKName, Value: []byte{0x05, 0x00}}}}},
+		{"a second URI SAN of another kind is refused", "only URI SAN",
+			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node, "https://example.test/")}},
 		{"a CA certificate is refused", "is a CA",
 			&x509.Certificate{Subject: subj, URIs: mustURIs(t, node), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}},
 	}
@@ -264,6 +317,39 @@ func TestParseNodeCertRefuses(t *testing.T) {
 			wantErr(t, err, nil, tt.want)
 		})
 	}
+}
+
+// akExt is the AK name extension holding name.
+func akExt(t *testing.T, name []byte) pkix.Extension {
+	t.Helper()
+	v, err := asn1.Marshal(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pkix.Extension{Id: OIDTPMAKName, Value: v}
+}
+
+func findExtension(c *x509.Certificate, oid asn1.ObjectIdentifier) *pkix.Extension {
+	for i := range c.Extensions {
+		if c.Extensions[i].Id.Equal(oid) {
+			return &c.Extensions[i]
+		}
+	}
+	return nil
+}
+
+// verifySVID parses and verifies leaf (with the node CA after it) as an
+// X.509-SVID with go-spiffe's x509svid against the authority's root, and
+// returns its SPIFFE ID.
+func verifySVID(t *testing.T, a *Authority, leaf *x509.Certificate, now time.Time) spiffeid.ID {
+	t.Helper()
+	td := spiffeid.RequireTrustDomainFromString(a.TrustDomain)
+	bundle := x509bundle.FromX509Authorities(td, []*x509.Certificate{a.Root})
+	id, _, err := x509svid.ParseAndVerify([][]byte{leaf.Raw, a.NodeCA.Raw}, bundle, x509svid.WithTime(now))
+	if err != nil {
+		t.Fatalf("x509svid does not take the node certificate: %v", err)
+	}
+	return id
 }
 
 func TestAdminIdentity(t *testing.T) {

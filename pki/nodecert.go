@@ -2,12 +2,35 @@ package pki
 
 import (
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
+
+// OIDTPMAKName identifies nodetrust's own certificate extension that names
+// the TPM attestation key (AK) that certified a node key. The extension is
+// non-critical, as the X.509-SVID specification allows for extensions of a
+// deployment's own; its value is the DER of an OCTET STRING holding the AK's
+// TPM name (a 2-byte hash algorithm, then the digest of its public area).
+//
+// The arc 1.3.6.1.4.1.1842662.1 is provisional: nodetrust holds no IANA
+// Private Enterprise Number yet, and this number was free when chosen. A
+// registered one replaces it before certificates leave a test fleet.
+var OIDTPMAKName = asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 1842662, 1, 1}
+
+// TPMAKURNPrefix starts the legacy URI SAN that named the TPM AK before the
+// extension [OIDTPMAKName] did: "urn:nodetrust:tpm-ak:" + lower-case hex TPM
+// name. Certificates issued now never carry it (an X.509-SVID has exactly
+// one URI SAN); [ParseNodeCert] still reads it, so a node whose current
+// certificate has this form renews, and its next certificate has the new
+// form.
+const TPMAKURNPrefix = "urn:nodetrust:tpm-ak:"
 
 // NodeCertInfo is the identity a node certificate carries.
 type NodeCertInfo struct {
@@ -20,15 +43,44 @@ type NodeCertInfo struct {
 	// TPMAKName is the TPM name of the attestation key that certified the
 	// node key, or nil when the certificate names none.
 	TPMAKName []byte
+	// LegacyAKURN is true when the certificate names the AK in the legacy
+	// second URI SAN (TPMAKURNPrefix) instead of the extension: such a
+	// certificate is no X.509-SVID; its renewal issues one.
+	LegacyAKURN bool
+}
+
+// tpmAKNameExtension returns the non-critical extension naming the AK.
+func tpmAKNameExtension(name []byte) (pkix.Extension, error) {
+	v, err := asn1.Marshal(name)
+	if err != nil {
+		return pkix.Extension{}, fmt.Errorf("encode the TPM AK name: %w", err)
+	}
+	return pkix.Extension{Id: OIDTPMAKName, Value: v}, nil
+}
+
+// parseTPMAKNameExtension decodes the extension's OCTET STRING.
+func parseTPMAKNameExtension(v []byte) ([]byte, error) {
+	var name []byte
+	rest, err := asn1.Unmarshal(v, &name)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("TPM AK name extension: %w", err)
+	case len(rest) > 0:
+		return nil, errors.New("TPM AK name extension: trailing bytes")
+	case len(name) == 0 || len(name) > maxTPMNameLen:
+		return nil, fmt.Errorf("TPM AK name extension: a name of %d bytes, want 1 to %d", len(name), maxTPMNameLen)
+	}
+	return name, nil
 }
 
 // ParseNodeCert reads the identity from a node certificate made by
 // [Issuer.Issue]. It does not verify the certificate's signature or
-// validity: callers verify the chain first. It refuses a certificate with
-// no spiffe URI, more than one, one that is not spiffe://<td>/node/<id>
-// with a valid trust domain and node id, a CommonName or Organization that
-// disagrees with it, more than one role, site or TPM AK URN, or a CA
-// certificate. URIs of other schemes are ignored.
+// validity: callers verify the chain first. The SPIFFE ID is parsed with
+// go-spiffe and must be spiffe://<td>/node/<id> with a valid trust domain
+// and node id; it must be the only URI SAN, except that the legacy TPM AK
+// URN (TPMAKURNPrefix) may stand beside it. ParseNodeCert refuses a CA
+// certificate, a CommonName or Organization that disagrees with the SPIFFE
+// ID, more than one role or site, and an AK named twice or malformed.
 func ParseNodeCert(c *x509.Certificate) (NodeCertInfo, error) {
 	var info NodeCertInfo
 	if c == nil {
@@ -53,8 +105,23 @@ func ParseNodeCert(c *x509.Certificate) (NodeCertInfo, error) {
 			if err != nil {
 				return info, fmt.Errorf("parse node certificate: %w", err)
 			}
-			info.TPMAKName = name
+			info.TPMAKName, info.LegacyAKURN = name, true
+		default:
+			return info, fmt.Errorf("parse node certificate: URI SAN %q: a node certificate has its SPIFFE ID as its only URI SAN", capString(u.String()))
 		}
+	}
+	for _, ext := range c.Extensions {
+		if !ext.Id.Equal(OIDTPMAKName) {
+			continue
+		}
+		if info.TPMAKName != nil {
+			return info, errors.New("parse node certificate: the TPM AK is named twice")
+		}
+		name, err := parseTPMAKNameExtension(ext.Value)
+		if err != nil {
+			return info, fmt.Errorf("parse node certificate: %w", err)
+		}
+		info.TPMAKName = name
 	}
 	if spiffe == nil {
 		return info, errors.New("parse node certificate: no spiffe URI")
@@ -87,25 +154,36 @@ func ParseNodeCert(c *x509.Certificate) (NodeCertInfo, error) {
 	return info, nil
 }
 
-// parseNodeSPIFFEID splits spiffe://<td>/node/<id>, refusing any other form
-// (ports, user info, queries, fragments, extra path segments).
+// parseNodeSPIFFEID parses spiffe://<td>/node/<id> with go-spiffe, refusing
+// any other form (ports, user info, queries, fragments, other or extra path
+// segments) and a trust domain or node id outside nodetrust's rules.
 func parseNodeSPIFFEID(u *url.URL) (td, id string, err error) {
-	s := u.String()
-	td = u.Host
-	if err := ValidTrustDomain(td); err != nil {
+	s := capString(u.String())
+	sid, err := spiffeid.FromURI(u)
+	if err != nil {
 		return "", "", fmt.Errorf("spiffe URI %q: %w", s, err)
 	}
-	id, ok := strings.CutPrefix(u.Path, "/node/")
+	td, id, ok := splitMemberID(sid, nodePath)
 	if !ok {
-		return "", "", fmt.Errorf("spiffe URI %q is not a node SPIFFE ID", s)
+		return "", "", fmt.Errorf("spiffe URI %q is not of the form spiffe://<trust-domain>/node/<node-id>", s)
+	}
+	if err := ValidTrustDomain(td); err != nil {
+		return "", "", fmt.Errorf("spiffe URI %q: %w", s, err)
 	}
 	if err := ValidNodeID(id); err != nil {
 		return "", "", fmt.Errorf("spiffe URI %q: %w", s, err)
 	}
-	if s != NodeSPIFFEID(td, id) {
-		return "", "", fmt.Errorf("spiffe URI %q is not of the form spiffe://<trust-domain>/node/<node-id>", s)
-	}
 	return td, id, nil
+}
+
+// capString bounds a string from a certificate before it goes into an
+// error message.
+func capString(s string) string {
+	const limit = 128
+	if len(s) > limit {
+		return s[:limit] + "…"
+	}
+	return s
 }
 
 func isTPMAKURN(u *url.URL) bool {
@@ -117,37 +195,37 @@ func parseTPMAKURN(u *url.URL) ([]byte, error) {
 	s := u.String()
 	h, ok := strings.CutPrefix(s, TPMAKURNPrefix)
 	if !ok || h == "" || len(h) > 2*maxTPMNameLen || strings.ToLower(h) != h {
-		return nil, fmt.Errorf("TPM AK URN %q is not %s<lower-case hex>", s, TPMAKURNPrefix)
+		return nil, fmt.Errorf("TPM AK URN %q is not %s<lower-case hex>", capString(s), TPMAKURNPrefix)
 	}
 	name, err := hex.DecodeString(h)
 	if err != nil {
-		return nil, fmt.Errorf("TPM AK URN %q: %w", s, err)
+		return nil, fmt.Errorf("TPM AK URN %q: %w", capString(s), err)
 	}
 	return name, nil
 }
 
+// AdminID returns the SPIFFE ID of an admin credential,
+// spiffe://<trustDomain>/admin/<name>, built with go-spiffe after checking
+// the trust domain and the name (which follows the node id rule).
+func AdminID(trustDomain, name string) (spiffeid.ID, error) {
+	return memberID(trustDomain, adminPath, name, "admin name", ValidNodeID)
+}
+
 // AdminIdentity returns the admin name of a client certificate whose only
-// spiffe URI is spiffe://<trustDomain>/admin/<name> ("owner" for the
-// credential [Init] makes). It does not verify the certificate: the caller
-// has verified it against the serving CA (the TLS handshake does).
+// URI SAN is the SPIFFE ID spiffe://<trustDomain>/admin/<name> ("owner" for
+// the credential [Init] makes), parsed with go-spiffe. It does not verify
+// the certificate: the caller has verified it against the serving CA (the
+// TLS handshake does).
 func AdminIdentity(c *x509.Certificate, trustDomain string) (string, bool) {
-	if c == nil || trustDomain == "" {
+	if c == nil || trustDomain == "" || len(c.URIs) != 1 {
 		return "", false
 	}
-	var found string
-	n := 0
-	for _, u := range c.URIs {
-		if !strings.EqualFold(u.Scheme, "spiffe") {
-			continue
-		}
-		n++
-		found = u.String()
-	}
-	if n != 1 {
+	id, err := spiffeid.FromURI(c.URIs[0])
+	if err != nil {
 		return "", false
 	}
-	name, ok := strings.CutPrefix(found, adminSPIFFEID(trustDomain, ""))
-	if !ok || ValidNodeID(name) != nil {
+	td, name, ok := splitMemberID(id, adminPath)
+	if !ok || td != trustDomain || ValidNodeID(name) != nil {
 		return "", false
 	}
 	return name, true

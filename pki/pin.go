@@ -121,3 +121,7 @@ func (p *Pin) UnmarshalText(b []byte) error {
 	*p = q
 	return nil
 }
+
+// SerialHex is a certificate's serial number as the control plane records
+// it: lower-case hex of the number's big-endian bytes.
+func SerialHex(c *x509.Certificate) string { return hex.EncodeToString(c.SerialNumber.Bytes()) }

@@ -14,4 +14,8 @@ type WellKnown struct {
 	JoinSigningKeyPin    string          `json:"join_signing_key_pin"`
 	JoinEncryptionKeyPin string          `json:"join_encryption_key_pin"`
 	JoinEncryptionJWK    json.RawMessage `json:"join_encryption_jwk"`
+	// Servers are the gRPC addresses (host:port) of the control plane's
+	// replicas, for nodes to move between when one is down; empty when
+	// the operator named none (fleetd.toml advertise_addresses).
+	Servers []string `json:"servers,omitempty"`
 }

@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: protoc for the generated-code check.
-packages=(protobuf-compiler)
-commands=(protoc)
+# Debian packages: protoc for the generated-code check; SoftHSM2 for the
+# PKCS#11 tests (fleetd's keys in a token).
+packages=(protobuf-compiler softhsm2)
+commands=(protoc softhsm2-util)
 
 missing=()
 for i in "${!packages[@]}"; do
@@ -20,6 +21,20 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     echo "deps: missing Debian packages: ${missing[*]} (run 'make deps' as root, or install them)" >&2
+  fi
+fi
+
+# PostgreSQL for the PostgreSQL store's tests and the replicas' end-to-end
+# test: they start throwaway clusters of their own on loopback (as the
+# postgres user when run as root), never the system's cluster.
+if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "deps: installing postgresql" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null
+    apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+  else
+    echo "deps: missing Debian package: postgresql (run 'make deps' as root, or install it)" >&2
   fi
 fi
 

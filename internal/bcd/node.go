@@ -85,7 +85,7 @@ func RunNode(ctx context.Context, o NodeOptions) error {
 	}
 
 	nc := agent.NodeConfig{
-		Server:        cfg.Server,
+		Servers:       cfg.Addresses(),
 		ServerName:    cfg.ServerName,
 		Pins:          cfg.Pins,
 		DataDir:       cfg.DataDir,

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
-	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -37,15 +39,34 @@ func Run(ctx context.Context, o Options) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	auth, err := pki.LoadAuthority(cfg.Resolve(cfg.PKIDir))
+	// Folders others could write would let them replace the CA keys or
+	// the store: refuse them, with the chmod or chown to run.
+	for _, d := range []struct{ what, path string }{{"the PKI folder (pki_dir)", cfg.Resolve(cfg.PKIDir)}, {"the data folder (data_dir)", cfg.Resolve(cfg.DataDir)}} {
+		if err := fileperm.CheckDir(d.path, d.what, 0o700); err != nil {
+			return err
+		}
+	}
+	pkiDir := cfg.Resolve(cfg.PKIDir)
+	keys := pkcs11key.New(pkcs11key.Config{
+		Module:   cfg.PKCS11.Module,
+		PINFile:  cfg.Resolve(cfg.PKCS11.PINFile),
+		OnChange: func(ev pkcs11key.Event) { logTokenChange(log, ev) },
+	})
+	defer keys.Close()
+	auth, err := pki.LoadAuthorityWith(pkiDir, keys.Open)
 	if err != nil {
 		return fmt.Errorf("load PKI: %w", err)
+	}
+	if locs, err := pki.LocateKeys(pkiDir); err == nil {
+		for _, l := range locs {
+			log.InfoContext(ctx, "PKI key", logkey.Key, string(l.Use), logkey.KeyWhere, l.Where())
+		}
 	}
 	dataDir := cfg.Resolve(cfg.DataDir)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return fmt.Errorf("create data_dir: %w", err)
 	}
-	st, err := sqlite.Open(ctx, cfg.Resolve(cfg.Store.Path))
+	st, err := openStore(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -73,6 +94,8 @@ func Run(ctx context.Context, o Options) error {
 		RenewalWindow:    cfg.RenewalWindow.Duration,
 		RamdiskRoles:     cfg.RamdiskRoles,
 		PendingPoll:      cfg.PendingPoll.Duration,
+
+		AdvertiseAddresses: cfg.AdvertiseAddresses,
 	})
 	if err != nil {
 		return err
@@ -127,7 +150,7 @@ func Run(ctx context.Context, o Options) error {
 			errc <- err
 		}()
 	}
-	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain)
+	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain, "store", cfg.Store.Driver)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String(), httpAddr)
 	}
@@ -152,6 +175,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log.Info("fleetd stopped")
 	return firstErr
+}
+
+// logTokenChange says, once per change, that a PKCS#11 token stopped
+// answering or answers again.
+func logTokenChange(log *slog.Logger, ev pkcs11key.Event) {
+	if ev.Available {
+		log.Warn("PKCS#11 token answers again: joins and renewals are signed again", logkey.PKCS11Token, ev.Token, logkey.PKCS11Module, ev.Module)
+		return
+	}
+	log.Error("PKCS#11 token unavailable: joins and renewals fail with UNAVAILABLE until it returns; reconnect or restore the token, fleetd reconnects by itself",
+		logkey.PKCS11Token, ev.Token, logkey.PKCS11Module, ev.Module, logkey.Error, ev.Err)
 }
 
 // ekVerifier builds the EK certificate verifier from tpm.ek_roots, or nil

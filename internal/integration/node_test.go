@@ -30,11 +30,12 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	verifySVID(t, first) // a token join's certificate
 	joinKey, _ := pki.PinOf(first.Key.Public())
 
 	a := startAgent(t, m)
 	a.waitFor(t, sessionOpenRE, 30*time.Second)
-	serials := map[string]bool{first.Leaf.SerialNumber.Text(16): true}
+	serials := map[string]bool{pki.SerialHex(first.Leaf): true}
 	keys := map[string]bool{joinKey.String(): true}
 	for i := 0; i < 3; i++ {
 		got := a.waitFor(t, renewedRE, 30*time.Second)
@@ -58,11 +59,12 @@ func TestNodeRenewsWithANewKeyEachTime(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the stored identity does not load after renewals: %v", err)
 	}
+	verifySVID(t, now) // a renewal's certificate
 	pin, _ := pki.PinOf(now.Key.Public())
 	if !keys[pin.String()] || pin == joinKey {
 		t.Errorf("the stored key %s is not one the renewals certified", pin)
 	}
-	if !serials[now.Leaf.SerialNumber.Text(16)] || now.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
+	if !serials[pki.SerialHex(now.Leaf)] || now.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
 		t.Errorf("the stored certificate %x is not one the renewals returned", now.Leaf.SerialNumber)
 	}
 	if show := run(t, "", nil, "fleetd", "nodes", "show", node, "--config", cp.config, "--json"); jsonField(show.stdout, "state") != "active" {
@@ -147,16 +149,31 @@ func TestRevocationEndsTheNodeAndItComesBackOnlyByJoiningAgain(t *testing.T) {
 			t.Errorf("bcd node with a revoked certificate: exit %d\n%s", code, b.log)
 		}
 	})
-	t.Run("the old identity only says already joined", func(t *testing.T) {
-		r := run(t, "", m.env(), "bcd", "join", "--config", m.cfg)
-		if r.code != 0 || !strings.HasPrefix(r.stdout, "already joined as "+node) {
-			t.Errorf("join with the revoked identity in place: %s", r)
+	wayBack := "join again: bcd join --reset --yes < token.txt, with a fresh token"
+	t.Run("join and doctor say it is revoked and give the way back", func(t *testing.T) {
+		checkDeadIdentity(t, m, "this machine is joined as "+node+", but the control plane",
+			`the control plane (revoked|refused) the certificate of node `+regexp.QuoteMeta(node), wayBack)
+	})
+	t.Run("status shows the revocation with the way back", func(t *testing.T) {
+		r := run(t, "", nil, "bcd", "status", "--config", m.cfg)
+		if r.code != 0 || !strings.Contains(r.stdout, "REVOKED:") || !strings.Contains(r.stdout, wayBack) {
+			t.Errorf("status of a revoked node: %s", r)
 		}
 	})
 	t.Run("reset without --yes moves nothing and exits 2", func(t *testing.T) {
 		r := run(t, "", m.env(), "bcd", "join", "--config", m.cfg, "--reset")
 		if r.code != 2 || !strings.Contains(r.stdout, filepath.Join(m.dataDir, "identity.json")) {
 			t.Errorf("dry run: %s", r)
+		}
+		if _, err := os.Stat(filepath.Join(m.dataDir, "identity.json")); err != nil {
+			t.Errorf("the dry run moved identity.json: %v", err)
+		}
+	})
+	t.Run("the dry run needs only --data-dir", func(t *testing.T) {
+		// No config, no pins: a broken machine can still be looked at.
+		r := run(t, "", nil, "bcd", "join", "--config", filepath.Join(t.TempDir(), "absent.toml"), "--data-dir", m.dataDir, "--reset")
+		if r.code != 2 || !strings.Contains(r.stdout, filepath.Join(m.dataDir, "identity.json")) || !strings.Contains(r.stdout, filepath.Join(m.dataDir, "node.key")) {
+			t.Errorf("dry run with --data-dir alone: %s", r)
 		}
 		if _, err := os.Stat(filepath.Join(m.dataDir, "identity.json")); err != nil {
 			t.Errorf("the dry run moved identity.json: %v", err)
@@ -178,6 +195,23 @@ func TestRevocationEndsTheNodeAndItComesBackOnlyByJoiningAgain(t *testing.T) {
 	})
 }
 
+// checkDeadIdentity checks that bcd join on m's dead identity fails, saying
+// joinSays and the way back, instead of "already joined", and that bcd
+// doctor fails the identity check with a message matching doctorRE and the
+// way back as its fix.
+func checkDeadIdentity(t *testing.T, m *machine, joinSays, doctorRE, wayBack string) {
+	t.Helper()
+	r := run(t, "", m.env(), "bcd", "join", "--config", m.cfg)
+	if r.code != 1 || strings.Contains(r.stdout, "already joined") || !strings.Contains(r.stderr, joinSays) || !strings.Contains(r.stderr, wayBack) {
+		t.Errorf("join on a dead identity: %s", r)
+	}
+	fix := strings.TrimPrefix(wayBack, "join again: ")
+	d := run(t, "", nil, "bcd", "doctor", "--config", m.cfg)
+	if d.code != 1 || !regexp.MustCompile(`fail +identity +`+doctorRE).MatchString(d.stdout) || !strings.Contains(d.stdout, "→ "+fix) {
+		t.Errorf("doctor on a dead identity: %s", d)
+	}
+}
+
 // movedLines returns the "moved aside" lines --reset --yes prints first.
 func movedLines(out string) string {
 	var b strings.Builder
@@ -196,7 +230,7 @@ func renewWith(t *testing.T, cp *controlPlane, st *identity.State) codes.Code {
 	t.Helper()
 	pins := parsePins(t, cp)
 	cert := tlsCert(st)
-	conn, _, err := agent.Dial(cp.addr, "fleetd.test", pins.ServingCA, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil })
+	conn, _, _, err := agent.Dial([]string{cp.addr}, "fleetd.test", pins.ServingCA, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,6 +324,17 @@ func TestAJoinWaitsForApproval(t *testing.T) {
 	tok := cp.token(t, "--role", "worker", "--require-approval")
 	j := startJoin(t, m, tok)
 	j.waitFor(t, regexp.MustCompile(`^bcd: waiting for the control plane's approval \(node \S+ waits for approval: fleetd nodes approve \S+\); asking again in 1s$`), 30*time.Second)
+	node := approvePending(t, cp, m)
+	j.waitFor(t, regexp.MustCompile(`^joined as `+regexp.QuoteMeta(node)+` `), 30*time.Second)
+	if code := j.wait(t, 30*time.Second); code != 0 {
+		t.Errorf("join exited %d:\n%s", code, j.log)
+	}
+}
+
+// approvePending approves the one join waiting for approval, after checking
+// that m has no identity yet, and returns its node id.
+func approvePending(t *testing.T, cp *controlPlane, m *machine) string {
+	t.Helper()
 	pend := run(t, "", nil, "fleetd", "nodes", "pending", "--config", cp.config, "--json")
 	node := jsonField(pend.stdout, "node_id")
 	if pend.code != 0 || node == "" {
@@ -301,10 +346,7 @@ func TestAJoinWaitsForApproval(t *testing.T) {
 	if r := run(t, "", nil, "fleetd", "nodes", "approve", node, "--config", cp.config); r.code != 0 {
 		t.Fatalf("nodes approve: %s", r)
 	}
-	j.waitFor(t, regexp.MustCompile(`^joined as `+regexp.QuoteMeta(node)+` `), 30*time.Second)
-	if code := j.wait(t, 30*time.Second); code != 0 {
-		t.Errorf("join exited %d:\n%s", code, j.log)
-	}
+	return node
 }
 
 // startJoin runs bcd join in the background with the token on stdin.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -85,8 +86,19 @@ func startControlPlane(ctx context.Context, c *Config) (*controlPlane, error) {
 	}
 	cp := &controlPlane{started: true, dir: dir, log: &tailBuffer{max: 64 << 10}, renewalLimit: max(6, c.Renewals+6)}
 	pkiDir := filepath.Join(dir, "pki")
-	initCmd := exec.CommandContext(ctx, bin, "init", "--dir", pkiDir, "--trust-domain", startedTrustDomain,
-		"--server-name", startedServerName, "--kem", c.KEM)
+	initArgs := []string{"init", "--dir", pkiDir, "--trust-domain", startedTrustDomain, "--server-name", startedServerName, "--kem", c.KEM}
+	if len(c.PKCS11) > 0 {
+		// init reads the module and PIN file from the config.
+		if err := cp.writeConfig(c, "127.0.0.1:0"); err != nil {
+			cp.removeDir(c)
+			return nil, err
+		}
+		initArgs = append(initArgs, "--config", filepath.Join(dir, "fleetd.toml"))
+		for _, v := range c.PKCS11 {
+			initArgs = append(initArgs, "--pkcs11", v)
+		}
+	}
+	initCmd := exec.CommandContext(ctx, bin, initArgs...)
 	if out, err := initCmd.CombinedOutput(); err != nil {
 		cp.removeDir(c)
 		return nil, fmt.Errorf("%s init: %w\n%s", bin, err, out)
@@ -121,16 +133,10 @@ func (cp *controlPlane) serve(ctx context.Context, bin string, c *Config) error 
 		return err
 	}
 	cp.addr = net.JoinHostPort("127.0.0.1", port)
-	cfgPath := filepath.Join(cp.dir, "fleetd.toml")
-	// Every simulated node connects from 127.0.0.1: the one source may
-	// hold a connection for each node (and each operation in flight).
-	text := fmt.Sprintf("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = %q\nlog_level = \"warn\"\n"+
-		"renewal_limit = %d\nrenewal_window = \"1h\"\ntoken_ttl = \"12h\"\n[limits]\nmax_connections_per_source = %d\n",
-		cp.addr, cp.renewalLimit, c.Nodes+c.Concurrency+64)
-	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", cfgPath, err)
+	if err := cp.writeConfig(c, cp.addr); err != nil {
+		return err
 	}
-	cmd := exec.Command(bin, "serve", "--config", cfgPath)
+	cmd := exec.Command(bin, "serve", "--config", filepath.Join(cp.dir, "fleetd.toml"))
 	cmd.Stdout, cmd.Stderr = cp.log, cp.log
 	// The server dies with the load tool, even when the tool is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -160,6 +166,23 @@ func (cp *controlPlane) serve(ctx context.Context, bin string, c *Config) error 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// writeConfig writes the started server's fleetd.toml.
+func (cp *controlPlane) writeConfig(c *Config, listen string) error {
+	cfgPath := filepath.Join(cp.dir, "fleetd.toml")
+	// Every simulated node connects from 127.0.0.1: the one source may
+	// hold a connection for each node (and each operation in flight).
+	text := fmt.Sprintf("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = %q\nlog_level = \"warn\"\n"+
+		"renewal_limit = %d\nrenewal_window = \"1h\"\ntoken_ttl = \"12h\"\n[limits]\nmax_connections_per_source = %d\n",
+		listen, cp.renewalLimit, c.Nodes+c.Concurrency+64)
+	if c.PKCS11Module != "" || c.PKCS11PINFile != "" {
+		text += fmt.Sprintf("[pkcs11]\nmodule = %q\npin_file = %q\n", c.PKCS11Module, c.PKCS11PINFile)
+	}
+	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", cfgPath, err)
+	}
+	return nil
 }
 
 func freePort() (string, error) {
@@ -193,7 +216,7 @@ func targetControlPlane(ctx context.Context, c *Config, warn func(string, ...any
 		warn("the server allows %d renewals per node in %s (renewal_limit), the run asks for %d: expect pushback errors", cp.renewalLimit, cfg.RenewalWindow.Duration, c.Renewals)
 	}
 	if cp.pid == 0 {
-		if cp.pid, err = findListenerPID(cp.addr); err != nil {
+		if cp.pid, err = findListenerPID(cp.first()); err != nil {
 			warn("%v; server CPU and memory are not reported", err)
 			cp.pid = 0
 		}
@@ -213,9 +236,9 @@ func (cp *controlPlane) connect(ctx context.Context, pkiDir string) error {
 		return fmt.Errorf("load the owner credential from %s: %w", pkiDir, err)
 	}
 	tc := tlspin.Client(cp.bundle.ServingCASPKIPin, cp.bundle.ServerName, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &cert, nil })
-	cp.adminConn, err = grpc.NewClient("passthrough:///"+cp.addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	cp.adminConn, err = grpc.NewClient("passthrough:///"+cp.first(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
 	if err != nil {
-		return fmt.Errorf("dial fleetd at %s: %w", cp.addr, err)
+		return fmt.Errorf("dial fleetd at %s: %w", cp.first(), err)
 	}
 	cp.admin = adminv1.NewAdminClient(cp.adminConn)
 	join := joinv1.NewJoinServiceClient(cp.adminConn)
@@ -228,7 +251,7 @@ func (cp *controlPlane) connect(ctx context.Context, pkiDir string) error {
 			break
 		}
 		if attempt == 50 || ctx.Err() != nil {
-			return fmt.Errorf("fetch the well-known document from %s: %w", cp.addr, err)
+			return fmt.Errorf("fetch the well-known document from %s: %w", cp.first(), err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -252,6 +275,13 @@ func (cp *controlPlane) connect(ctx context.Context, pkiDir string) error {
 		return errors.New("the join encryption key does not have join_encryption_key_pin")
 	}
 	return nil
+}
+
+// first is the first of the server's addresses: the one admin calls use
+// and whose process the server columns measure.
+func (cp *controlPlane) first() string {
+	a, _, _ := strings.Cut(cp.addr, ",")
+	return a
 }
 
 // alive reports whether a started server is still running.

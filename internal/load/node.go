@@ -132,7 +132,10 @@ func (n *simNode) prepare(jwk *pki.JoinEncryptionPublicKey, role string, renewal
 
 // target is what every connection to the control plane needs.
 type target struct {
-	addr       string
+	// addrs are the control plane's addresses (several replicas): each
+	// connection takes the next, in turn.
+	addrs      []string
+	next       atomic.Uint64
 	serverName string
 	pins       *pki.Bundle
 }
@@ -152,9 +155,10 @@ func (t *target) dial(cert *tls.Certificate) (*grpc.ClientConn, error) {
 		get = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
 	}
 	tc := tlspin.Client(t.pins.ServingCASPKIPin, t.serverName, get)
-	conn, err := grpc.NewClient("passthrough:///"+t.addr, append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, clientOptions...)...)
+	addr := t.addrs[(t.next.Add(1)-1)%uint64(len(t.addrs))]
+	conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, clientOptions...)...)
 	if err != nil {
-		return nil, fmt.Errorf("dial %s: %w", t.addr, err)
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	return conn, nil
 }

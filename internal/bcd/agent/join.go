@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -38,7 +39,9 @@ var ErrOtherNode = errors.New("already joined as another node")
 
 // JoinConfig is what a join needs.
 type JoinConfig struct {
-	Server     string
+	// Servers are the control plane's addresses; the join moves to
+	// another when one is down.
+	Servers    []string
 	ServerName string
 	Pins       config.Pins
 	// JWK is the join encryption key (join-encryption.jwk); nil takes it
@@ -84,6 +87,9 @@ type JoinConfig struct {
 
 	// pinErr reports a failed server identity check, which no retry mends.
 	pinErr func() error
+	// endpoints are the connection's addresses; the well-known document
+	// may add more.
+	endpoints *Endpoints
 }
 
 // JoinResult tells what Join did.
@@ -120,22 +126,23 @@ func (c *JoinConfig) defaults() {
 func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 	c.defaults()
 	keys := Keys{TPM: c.TPM}
-	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: keys.Loader(ctx)})
+	st, err := identity.LoadState(c.DataDir, identity.LoadOptions{KeyLoader: keys.Loader(ctx), Attestor: c.Attestor})
 	switch {
 	case err == nil:
 		if c.NodeID != "" && c.NodeID != st.Identity.NodeID {
-			return nil, fmt.Errorf("%w: this machine is joined as %s, not %s; to join as %s: bcd join --reset --yes, then bcd join --node-id %s",
-				ErrOtherNode, st.Identity.NodeID, c.NodeID, c.NodeID, c.NodeID)
+			return nil, fmt.Errorf("%w: this machine is joined as %s, not %s; to join as %s: %s --node-id %s",
+				ErrOtherNode, st.Identity.NodeID, c.NodeID, c.NodeID, identity.WayBack(st.Identity.Attestor), c.NodeID)
 		}
 		return &JoinResult{State: st, Already: true}, nil
 	case !errors.Is(err, identity.ErrNotJoined):
 		return nil, err
 	}
 
-	conn, guard, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, nil)
+	conn, guard, endpoints, err := Dial(c.Servers, c.ServerName, c.Pins.ServingCA, nil)
 	if err != nil {
 		return nil, err
 	}
+	c.endpoints = endpoints
 	c.pinErr = guard.Err
 	defer conn.Close()
 	client := joinv1.NewJoinServiceClient(conn)
@@ -351,7 +358,7 @@ func callWithRetry[T any](ctx context.Context, c JoinConfig, f func(context.Cont
 		}
 		if c.pinErr != nil {
 			if perr := c.pinErr(); perr != nil {
-				return zero, fmt.Errorf("the control plane at %s is not the one the pins name: %w", c.Server, perr)
+				return zero, fmt.Errorf("the control plane at %s is not the one the pins name: %w", strings.Join(c.Servers, ", "), perr)
 			}
 		}
 		st := status.Convert(err)
@@ -431,6 +438,9 @@ func fetchJWK(ctx context.Context, client joinv1.JoinServiceClient, c JoinConfig
 		if p.got != p.want.String() {
 			return nil, fmt.Errorf("the well-known document's %s is %s, not the pinned %s; check the pins against the control plane's pki-bundle.json", p.name, p.got, p.want)
 		}
+	}
+	if c.endpoints != nil {
+		c.endpoints.Add(doc.Servers...)
 	}
 	if len(doc.JoinEncryptionJWK) == 0 {
 		return nil, errors.New("the well-known document has no join_encryption_jwk")

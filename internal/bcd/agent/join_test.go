@@ -121,7 +121,7 @@ func TestJoinRetries(t *testing.T) {
 			addr, pins, jwk := startJoinServer(t, tc.svc)
 			var waits []time.Duration
 			_, err := Join(context.Background(), JoinConfig{
-				Server: addr, ServerName: "localhost", Pins: pins, JWK: jwk,
+				Servers: []string{addr}, ServerName: "localhost", Pins: pins, JWK: jwk,
 				DataDir:    t.TempDir(),
 				Token:      func() ([]byte, error) { return []byte("ntjt_test"), nil },
 				Logger:     slog.New(slog.DiscardHandler),
@@ -154,7 +154,7 @@ func TestJoinRefusesAForeignJoinKey(t *testing.T) {
 	jwk, _ := other.Public().MarshalJWK()
 	read := false
 	_, err = Join(context.Background(), JoinConfig{
-		Server: addr, ServerName: "localhost", Pins: pins, JWK: jwk, DataDir: t.TempDir(),
+		Servers: []string{addr}, ServerName: "localhost", Pins: pins, JWK: jwk, DataDir: t.TempDir(),
 		Token: func() ([]byte, error) { read = true; return []byte("x"), nil },
 	})
 	if err == nil || !strings.Contains(err.Error(), "join_encryption_key_pin") {

@@ -39,6 +39,11 @@ var ErrRevoked = errors.New("this node's certificate was revoked")
 // older identity generation).
 var ErrRefused = errors.New("the control plane refuses this node's certificate")
 
+// ErrExpired means the node certificate expired (while the node was off, or
+// while every renewal failed, such as on a full disk): an expired
+// certificate never renews, so the agent stops instead of retrying forever.
+var ErrExpired = errors.New("this node's certificate expired")
+
 // Journal records what happens to the identity; a nil Journal records
 // nothing. The node's journal.db implements it.
 type Journal interface {
@@ -50,11 +55,15 @@ const (
 	JournalRenewed       = "renewed"
 	JournalRenewalFailed = "renewal failed"
 	JournalRevoked       = "revoked"
+	JournalRefused       = "refused"
 )
 
 // NodeConfig configures the long-running agent.
 type NodeConfig struct {
-	Server     string
+	// Servers are the control plane's addresses (its replicas); the
+	// session moves to another when one is down, and the well-known
+	// document may add more.
+	Servers    []string
 	ServerName string
 	Pins       config.Pins
 	DataDir    string
@@ -125,11 +134,13 @@ type node struct {
 	attempt   int
 	backoff   time.Duration
 	nextRenew time.Time
+	lastErr   error // the last renewal's failure, nil after a success
 }
 
 // RunNode runs the agent until ctx ends (nil), the certificate is revoked
-// (ErrRevoked) or refused (ErrRefused), or the identity cannot be loaded.
-// It keeps one live session with the control plane and renews over it.
+// (ErrRevoked), refused (ErrRefused) or expired (ErrExpired), or the
+// identity cannot be loaded. It keeps one live session with the control
+// plane and renews over it.
 func RunNode(ctx context.Context, c NodeConfig) error {
 	c.defaults()
 	st := c.State
@@ -142,12 +153,16 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 	n := &node{c: c, log: c.Logger.With(logkey.Component, "agent", logkey.NodeID, st.Identity.NodeID), instance: randomID()}
 	n.setState(st)
 	n.nextRenew = n.renewTime()
-	conn, _, err := Dial(c.Server, c.ServerName, c.Pins.ServingCA, n.clientCert)
+	if err := n.expired(ctx, nil); err != nil {
+		return err
+	}
+	conn, _, endpoints, err := Dial(c.Servers, c.ServerName, c.Pins.ServingCA, n.clientCert)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
 	gw := gatewayv1.NewGatewayClient(conn)
+	n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
 
 	reconnect := time.Second
 	for {
@@ -155,10 +170,14 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 		switch {
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, ErrRevoked), errors.Is(err, ErrRefused):
+		case errors.Is(err, ErrRevoked), errors.Is(err, ErrRefused), errors.Is(err, ErrExpired):
 			return err
 		}
+		if xerr := n.expired(ctx, n.lastErr); xerr != nil {
+			return xerr
+		}
 		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", reconnect.String(), logkey.Error, err)
+		n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
 		if err := sleep(ctx, reconnect); err != nil {
 			return nil
 		}
@@ -193,6 +212,10 @@ func (n *node) clientCert(*tls.CertificateRequestInfo) (*tls.Certificate, error)
 	defer n.mu.Unlock()
 	return n.cert, nil
 }
+
+// untilRenew is how long the next renewal attempt waits, on the agent's
+// clock (NodeConfig.Now), the one nextRenew was computed on.
+func (n *node) untilRenew() time.Duration { return n.nextRenew.Sub(n.c.Now()) }
 
 // renewTime is RenewFraction into the current leaf's lifetime.
 func (n *node) renewTime() time.Time {
@@ -263,7 +286,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			closeKey(inflight.key)
 		}
 	}()
-	timer := time.NewTimer(time.Until(n.nextRenew))
+	timer := time.NewTimer(n.untilRenew())
 	defer timer.Stop()
 	for {
 		select {
@@ -275,10 +298,13 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			if inflight != nil {
 				continue
 			}
+			if err := n.expired(ctx, n.lastErr); err != nil {
+				return err
+			}
 			r, err := n.startRenewal(ctx)
 			if err != nil {
 				n.renewalFailed(ctx, err, 0)
-				timer.Reset(time.Until(n.nextRenew))
+				timer.Reset(n.untilRenew())
 				continue
 			}
 			nextID++
@@ -292,7 +318,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			n.renewalFailed(ctx, errors.New("no answer to the renewal within 30s"), 0)
 			closeKey(inflight.key)
 			inflight, deadline = nil, nil
-			timer.Reset(time.Until(n.nextRenew))
+			timer.Reset(n.untilRenew())
 		case m := <-msgs:
 			switch b := m.Body.(type) {
 			case *gatewayv1.SessionResponse_Revoked:
@@ -310,7 +336,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 					closeKey(inflight.key)
 				}
 				inflight, deadline = nil, nil
-				timer.Reset(time.Until(n.nextRenew))
+				timer.Reset(n.untilRenew())
 			case *gatewayv1.SessionResponse_Error:
 				if inflight == nil || m.Id != inflight.id {
 					continue
@@ -319,7 +345,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 				n.renewalFailed(ctx, fmt.Errorf("%s: %s", codes.Code(e.Code), e.Message), time.Duration(e.RetryPushbackMs)*time.Millisecond)
 				closeKey(inflight.key)
 				inflight, deadline = nil, nil
-				timer.Reset(time.Until(n.nextRenew))
+				timer.Reset(n.untilRenew())
 			}
 		}
 	}
@@ -331,10 +357,30 @@ func (n *node) streamErr(ctx context.Context, _ gatewayv1.Gateway_SessionClient,
 		return ctx.Err()
 	}
 	if status.Code(err) == codes.Unauthenticated {
-		n.log.ErrorContext(ctx, "the control plane refuses this node's certificate", logkey.Error, status.Convert(err).Message())
-		return fmt.Errorf("%w: %s; join again: bcd join --reset --yes, then bcd join", ErrRefused, status.Convert(err).Message())
+		msg := status.Convert(err).Message()
+		n.log.ErrorContext(ctx, "the control plane refuses this node's certificate", logkey.Error, msg)
+		n.journal(ctx, JournalRefused, msg)
+		return fmt.Errorf("%w: %s; it can never renew; join again: %s", ErrRefused, msg, identity.WayBack(n.state().Identity.Attestor))
 	}
 	return err
+}
+
+// expired returns ErrExpired, with the way back, once the current
+// certificate's NotAfter has passed; last is the failure that kept it from
+// renewing, if any.
+func (n *node) expired(ctx context.Context, last error) error {
+	st := n.state()
+	now := n.c.Now()
+	if !now.After(st.Leaf.NotAfter) {
+		return nil
+	}
+	why := ""
+	if last != nil {
+		why = fmt.Sprintf(" (the last renewal failed: %v)", last)
+	}
+	n.log.ErrorContext(ctx, "the node certificate expired; an expired certificate never renews", "not_after", st.Leaf.NotAfter.UTC().Format(time.RFC3339), logkey.Error, last)
+	return fmt.Errorf("%w at %s%s; an expired certificate never renews, so bcd node stops; join again: %s",
+		ErrExpired, st.Leaf.NotAfter.UTC().Format(time.RFC3339), why, identity.WayBack(st.Identity.Attestor))
 }
 
 func (n *node) revoked(ctx context.Context, r *gatewayv1.RevocationNotice) error {
@@ -424,7 +470,7 @@ func (n *node) loadAK(ctx context.Context, name []byte) (tpm.AttestationKey, err
 		return nil, errors.New("the certificate names a TPM AK, and no TPM is open: set tpm in config.toml; renewal fails until then")
 	}
 	if len(rec) == 0 {
-		return nil, errors.New("the certificate names a TPM AK, and identity.json has no AK record; join again: bcd join --reset --yes, then bcd join")
+		return nil, errors.New("the certificate names a TPM AK, and identity.json has no AK record; join again: " + identity.WayBack("tpm"))
 	}
 	r, err := tpm.ParseKeyRecord(rec)
 	if err != nil {
@@ -436,7 +482,7 @@ func (n *node) loadAK(ctx context.Context, name []byte) (tpm.AttestationKey, err
 	}
 	if !bytes.Equal(ak.Name(), name) {
 		ak.Close()
-		return nil, fmt.Errorf("the TPM derives AK %x, the certificate names %x: was the TPM cleared? renewal fails; join again with bcd join --reset --yes --attestor tpm", ak.Name(), name)
+		return nil, fmt.Errorf("the TPM derives AK %x, the certificate names %x: was the TPM cleared? renewal fails; join again: %s", ak.Name(), name, identity.WayBack("tpm"))
 	}
 	return ak, nil
 }
@@ -508,12 +554,12 @@ func (n *node) finishRenewal(ctx context.Context, r *renewal, signed *joinv1.Sig
 			closeKey(old)
 		}
 	})
-	n.attempt, n.backoff = 0, 0
+	n.attempt, n.backoff, n.lastErr = 0, 0, nil
 	n.nextRenew = n.renewTime()
 	keyPin, _ := pki.PinOf(r.key.Public())
-	n.log.InfoContext(ctx, "renewed", logkey.Serial, fmt.Sprintf("%x", opened.Leaf.SerialNumber), "key", keyPin.String(),
+	n.log.InfoContext(ctx, "renewed", logkey.Serial, pki.SerialHex(opened.Leaf), "key", keyPin.String(),
 		"not_after", opened.Leaf.NotAfter.UTC().Format(time.RFC3339), "next_renewal", n.nextRenew.UTC().Format(time.RFC3339))
-	n.journal(ctx, JournalRenewed, fmt.Sprintf("serial %x until %s", opened.Leaf.SerialNumber, opened.Leaf.NotAfter.UTC().Format(time.RFC3339)))
+	n.journal(ctx, JournalRenewed, fmt.Sprintf("serial %s until %s", pki.SerialHex(opened.Leaf), opened.Leaf.NotAfter.UTC().Format(time.RFC3339)))
 	return nil
 }
 
@@ -530,10 +576,16 @@ func (n *node) renewalFailed(ctx context.Context, err error, pushback time.Durat
 		}
 		wait = n.backoff
 	}
-	expiresIn := time.Until(n.state().Leaf.NotAfter).Round(time.Second)
+	expiresIn := n.state().Leaf.NotAfter.Sub(n.c.Now()).Round(time.Second)
 	n.log.WarnContext(ctx, "renewal failed", "attempt", n.attempt, "expiresIn", expiresIn.String(), "retry_in", wait.String(), logkey.Error, err)
 	n.journal(ctx, JournalRenewalFailed, fmt.Sprintf("attempt %d: %v", n.attempt, err))
+	n.lastErr = err
 	n.nextRenew = n.c.Now().Add(wait)
+	// Look again right after the certificate expires, not a whole
+	// backoff later: then the agent stops with the way back.
+	if notAfter := n.state().Leaf.NotAfter; n.nextRenew.After(notAfter) {
+		n.nextRenew = notAfter.Add(time.Millisecond)
+	}
 }
 
 func randomID() string {

@@ -14,7 +14,7 @@ import (
 // one), and returns the local clock's offset from the server's, corrected
 // by half the round trip.
 func ClockOffset(ctx context.Context, server, serverName string, servingCA pki.Pin) (time.Duration, error) {
-	conn, guard, err := Dial(server, serverName, servingCA, nil)
+	conn, guard, _, err := Dial([]string{server}, serverName, servingCA, nil)
 	if err != nil {
 		return 0, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 
@@ -26,7 +27,7 @@ type connFlags struct {
 
 func (f *connFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.config, "config", config.DefaultBCDConfig, "path of config.toml")
-	fl.StringVar(&f.server, "server", "", "control plane host:port, to run without config.toml (with the three pin flags)")
+	fl.StringVar(&f.server, "server", "", "control plane host:port (several, comma-separated, for replicas), to run without config.toml (with the three pin flags)")
 	fl.StringVar(&f.serverName, "server-name", "", "name checked in the serving certificate (default: the host of --server)")
 	fl.StringVar(&f.dataDir, "data-dir", "", "where the identity lives (default: data_dir of config.toml, else "+config.DefaultBCDDataDir+")")
 	fl.StringVar(&f.servingPin, "serving-ca-spki-pin", "", "pin of the serving CA (with --server)")
@@ -39,7 +40,8 @@ func (f *connFlags) register(fl *pflag.FlagSet) {
 // when --server is absent, else a configuration made of the flags.
 func (f *connFlags) resolve() (*config.BCD, error) {
 	if f.server != "" {
-		b := &config.BCD{Server: f.server, ServerName: f.serverName, DataDir: f.dataDir,
+		addrs := strings.Split(f.server, ",")
+		b := &config.BCD{Server: addrs[0], Servers: addrs[1:], ServerName: f.serverName, DataDir: f.dataDir,
 			ServingCASPKIPin: f.servingPin, JoinSigningKeyPin: f.signingPin, JoinEncryptionKeyPin: f.encPin}
 		pins, err := config.ParsePins(
 			config.NamedPin{Name: "--serving-ca-spki-pin", Value: f.servingPin},
@@ -78,6 +80,23 @@ func (f *connFlags) resolve() (*config.BCD, error) {
 	return cfg, nil
 }
 
+// dataDirOnly returns the data directory without needing pins: --data-dir,
+// else data_dir of config.toml (which must load), else the default for a
+// machine bootstrapped with --server.
+func (f *connFlags) dataDirOnly() (string, error) {
+	if f.dataDir != "" {
+		return f.dataDir, nil
+	}
+	if f.server != "" {
+		return config.DefaultBCDDataDir, nil
+	}
+	cfg, err := config.LoadBCD(f.config)
+	if err != nil {
+		return "", fmt.Errorf("%w; or pass --data-dir to look at a data directory without a config", err)
+	}
+	return cfg.DataDir, nil
+}
+
 // loadState loads the identity with this host's key loader: a TPM-held
 // node key is derived in the TPM cfg names (or through bcd helper under
 // [helper]); without a config, in the one --tpm names, else "auto".
@@ -93,5 +112,9 @@ func loadState(ctx context.Context, dir string, cfg *config.BCD, f connFlags) (*
 		return nil, err
 	}
 	defer closeTPM()
-	return identity.LoadState(dir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: t}.Loader(ctx)})
+	attestor := ""
+	if cfg != nil {
+		attestor = cfg.Join.Attestor
+	}
+	return identity.LoadState(dir, identity.LoadOptions{KeyLoader: agent.Keys{TPM: t}.Loader(ctx), Attestor: attestor})
 }

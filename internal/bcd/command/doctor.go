@@ -2,9 +2,10 @@ package command
 
 import (
 	"bytes"
-	"crypto/x509"
+	"io/fs"
 	"os"
 	"os/user"
+	"path/filepath"
 	"slices"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/doctor"
 	"github.com/nodetrust/nodetrust/internal/cli"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/tpm"
 )
 
@@ -23,7 +25,14 @@ func doctorCommand() *cobra.Command {
 		Use:   "doctor",
 		Short: "Check this machine's identity, config, clock and control plane, with the way back for each problem",
 		Long: `doctor runs each check and prints pass, warn or fail, and for each warning or
-failure what to do. Exit status: 0 when all pass, 3 for a warning, 1 for a failure.`,
+failure what to do. Exit status: 0 when all pass, 3 for a warning, 1 for a failure.
+
+The identity check fails for an identity that does not load, one the journal
+records as revoked (or refused by the control plane), and an expired
+certificate, with the way back for the node's attestor. The permissions check
+fails for a data or credentials folder other users may write or another user
+owns, and warns about a join token file (join-token beside config.toml) that
+others may read.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var results []doctor.Result
@@ -40,16 +49,25 @@ failure what to do. Exit status: 0 when all pass, 3 for a warning, 1 for a failu
 			}
 			if dataDir != "" {
 				st, err := loadState(cmd.Context(), dataDir, cfg, conn)
-				var leaf *x509.Certificate
-				if err == nil {
-					leaf = st.Leaf
+				facts := doctor.IdentityFacts{DataDir: dataDir, LoadErr: err, Now: timeNow()}
+				if cfg != nil {
+					facts.Attestor = cfg.Join.Attestor
 				}
-				results = append(results, doctor.CheckIdentity(dataDir, err, leaf, timeNow()))
+				if err == nil {
+					facts.Leaf = st.Leaf
+					if st.Identity.Attestor != "" {
+						facts.Attestor = st.Identity.Attestor
+					}
+					facts.Revoked = revocation(dataDir, st.Identity.NodeID)
+				}
+				results = append(results, doctor.CheckIdentity(facts))
+				results = append(results, permissions(dataDir, cfg, conn.config))
 			}
 			if cfg != nil {
 				results = append(results, doctor.CheckTPM(tpmFacts(cfg)))
-				offset, err := agent.ClockOffset(cmd.Context(), cfg.Server, cfg.ServerName, cfg.Pins.ServingCA)
-				results = append(results, doctor.CheckReachable(cfg.Server, err))
+				addr := cfg.Addresses()[0]
+				offset, err := agent.ClockOffset(cmd.Context(), addr, cfg.ServerName, cfg.Pins.ServingCA)
+				results = append(results, doctor.CheckReachable(addr, err))
 				if err == nil {
 					results = append(results, doctor.CheckClock(offset, nil))
 				}
@@ -63,6 +81,24 @@ failure what to do. Exit status: 0 when all pass, 3 for a warning, 1 for a failu
 	}
 	conn.register(c.Flags())
 	return c
+}
+
+// permissions checks the data and credentials folders (and the install
+// script's token file beside config.toml) as bcd join and bcd node do.
+func permissions(dataDir string, cfg *config.BCD, cfgPath string) doctor.Result {
+	problems := []error{
+		checkDataDir(dataDir, cfg),
+		checkDataDirNamed(datadir.Layout(dataDir).Credentials(), "the credentials folder", cfg),
+	}
+	var tokenFile string
+	var tokenMode fs.FileMode
+	if cfg != nil {
+		p := filepath.Join(filepath.Dir(cfgPath), "join-token")
+		if open, mode, err := fileperm.OthersCanRead(p); err == nil && open {
+			tokenFile, tokenMode = p, mode
+		}
+	}
+	return doctor.CheckPermissions("the data directory "+dataDir+" and its credentials folder are", problems, tokenFile, tokenMode)
 }
 
 // tpmFacts gathers what the TPM check judges: where the node key is, and

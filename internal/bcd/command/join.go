@@ -19,11 +19,14 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
+	"github.com/nodetrust/nodetrust/internal/bcd/doctor"
 	"github.com/nodetrust/nodetrust/internal/bcd/hwclaims"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/journal"
 	"github.com/nodetrust/nodetrust/internal/cli"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/version"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // claimsRootEnv points hardware claims at another folder tree than the
@@ -49,9 +52,19 @@ control plane. The join token comes from exactly one source: standard input,
 On a machine whose identity loads, join reads no token, prints "already joined
 as …" and exits 0, so it can run on every boot.
 
-An identity that loads but no longer works (expired, revoked) makes join answer
-"already joined" forever: --reset moves it aside first. Without --yes it only
-prints what would move and exits 2.
+An identity that loads but no longer works — revoked (the journal knows) or
+expired — makes join fail with the way back: --reset --yes moves it aside and
+joins again (with a fresh token, or --attestor tpm for a machine the control
+plane knows by its EK). Without --yes, --reset only prints what would move and
+exits 2; it needs only the data directory (--data-dir, or config.toml's).
+
+The attestor is --attestor, else [join] attestor of config.toml, else token.
+With tpm, a token file that does not exist is no token. A machine without a
+DMI product UUID or serial (many VMs) cannot be recognised when it joins
+again: name its node (--node-id here, or a token made with --node-id).
+
+The data directory is refused when other users may write it or another user
+owns it; the message gives the chmod or chown to run.
 
 Without a config file, --server, the three pin flags and --data-dir bootstrap
 the machine from the control plane's well-known document.`,
@@ -69,7 +82,7 @@ the machine from the control plane's well-known document.`,
 	fl.StringVar(&f.role, "role", "", "role to join as (default: role of config.toml, else the token's)")
 	fl.StringVar(&f.nodeID, "node-id", "", "node id to join as (default: the token's, or one the control plane picks)")
 	fl.StringVar(&f.tokenFile, "token-file", "", "read the join token from this file")
-	fl.StringVar(&f.attestor, "attestor", "token", "how the machine proves itself: token, or tpm (the TPM's EK; a token too for a machine the control plane does not know yet)")
+	fl.StringVar(&f.attestor, "attestor", "", "how the machine proves itself: token, or tpm (the TPM's EK; a token too for a machine the control plane does not know yet) (default: [join] attestor of config.toml, else token)")
 	fl.BoolVar(&f.reset, "reset", false, "move the current identity aside first (with --yes; alone it shows what would move)")
 	fl.BoolVar(&f.yes, "yes", false, "with --reset: really move the identity aside")
 	fl.StringVar(&f.logLevel, "log-level", "warn", "debug, info, warn or error")
@@ -77,25 +90,45 @@ the machine from the control plane's well-known document.`,
 }
 
 func runJoin(cmd *cobra.Command, f joinFlags) error {
-	if f.attestor != "token" && f.attestor != "tpm" {
-		return cli.Usagef("--attestor %q is not supported; use token or tpm", f.attestor)
+	if f.attestor != "" {
+		if err := config.ValidAttestor("--attestor", f.attestor); err != nil {
+			return cli.Usagef("%v", err)
+		}
 	}
 	if f.yes && !f.reset {
 		return cli.Usagef("--yes goes with --reset")
+	}
+	if f.reset && !f.yes {
+		// A dry run only looks at the data directory: it needs no pins,
+		// so a broken machine can be looked at with --data-dir alone.
+		dir, err := f.conn.dataDirOnly()
+		if err != nil {
+			return err
+		}
+		return reset(cmd, dir, false)
 	}
 	cfg, err := f.conn.resolve()
 	if err != nil {
 		return err
 	}
+	attestor := f.attestor
+	if attestor == "" {
+		attestor = cfg.Join.Attestor
+	}
+	if attestor == "" {
+		attestor = config.AttestorToken
+	}
+	stderr := cmd.ErrOrStderr()
+	warn := func(msg string) { fmt.Fprintln(stderr, "bcd: warning: "+msg) }
 	jc := agent.JoinConfig{
-		Server:     cfg.Server,
+		Servers:    cfg.Addresses(),
 		ServerName: cfg.ServerName,
 		Pins:       cfg.Pins,
 		DataDir:    cfg.DataDir,
 		Role:       f.role,
 		NodeID:     f.nodeID,
 		Version:    version.Version,
-		Logger:     cli.NewLogger(cmd.ErrOrStderr(), f.logLevel),
+		Logger:     cli.NewLogger(stderr, f.logLevel),
 	}
 	if jc.Role == "" {
 		jc.Role = cfg.Role
@@ -105,31 +138,35 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 			return err
 		}
 	}
+	if err := checkDataDir(jc.DataDir, cfg); err != nil {
+		return err
+	}
 	if err := checkDataDirAccess(jc.DataDir); err != nil {
 		return err
 	}
 	if f.reset {
-		if err := reset(cmd, jc.DataDir, f.yes); err != nil {
+		if err := reset(cmd, jc.DataDir, true); err != nil {
 			return err
 		}
 	}
-	t, closeTPM, err := bcd.OpenTPM(cfg.TPM, cfg.HelperSocket(), f.attestor == "tpm", func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "bcd: warning: "+msg) })
+	t, closeTPM, err := bcd.OpenTPM(cfg.TPM, cfg.HelperSocket(), attestor == config.AttestorTPM, warn)
 	if err != nil {
 		return err
 	}
 	defer closeTPM()
-	jc.TPM, jc.Attestor = t, f.attestor
-	if t != nil && f.attestor == "tpm" && !strings.HasPrefix(cfg.TPM, "tcp://") {
+	jc.TPM, jc.Attestor = t, attestor
+	if t != nil && attestor == config.AttestorTPM && !strings.HasPrefix(cfg.TPM, "tcp://") {
 		if jc.EventLog, err = readEventLog(eventLogPath); err != nil {
 			return err
 		}
 	}
-	src := tokenSource{file: f.tokenFile, stdin: cmd.InOrStdin(), terminal: isTerminal(cmd.InOrStdin()), optional: f.attestor == "tpm"}
+	src := tokenSource{file: f.tokenFile, stdin: cmd.InOrStdin(), terminal: isTerminal(cmd.InOrStdin()),
+		optional: attestor == config.AttestorTPM, warn: warn}
 	src.env, src.envSet = os.LookupEnv(TokenEnv)
 	jc.Token = src.read
 	jc.Claims = hwclaims.Read(os.Getenv(claimsRootEnv))
 	jc.Waiting = func(msg string, next time.Duration) {
-		fmt.Fprintf(cmd.ErrOrStderr(), "bcd: waiting for the control plane's approval (%s); asking again in %s\n", msg, next)
+		fmt.Fprintf(stderr, "bcd: waiting for the control plane's approval (%s); asking again in %s\n", msg, next)
 	}
 
 	underHelper := cfg.Helper.Enabled() && cli.IsRoot()
@@ -143,20 +180,83 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 		return err
 	}
 	id := res.State.Identity
-	verb := "joined as"
 	if res.Already {
-		verb = "already joined as"
+		// An identity that loads may still be dead: "already joined"
+		// would hide that, on every boot.
+		if err := checkLive(jc.DataDir, res.State, attestor, timeNow()); err != nil {
+			return err
+		}
 	} else {
-		appendJournal(cmd, jc.DataDir, journal.KindJoined, id.NodeID, fmt.Sprintf("serial %x generation %d", res.State.Leaf.SerialNumber, id.Generation))
+		appendJournal(cmd, jc.DataDir, journal.KindJoined, id.NodeID, fmt.Sprintf("serial %s generation %d", pki.SerialHex(res.State.Leaf), id.Generation))
 	}
 	if underHelper && !res.Already {
 		if err := handOver(jc.DataDir, cfg.Helper.User); err != nil {
 			return err
 		}
 	}
+	verb := "joined as"
+	if res.Already {
+		verb = "already joined as"
+	}
 	fmt.Fprintf(cmd.OutOrStdout(), "%s %s (site %s, role %s); certificate valid until %s\n",
 		verb, id.NodeID, siteOrDash(id.Site), id.Role, res.State.Leaf.NotAfter.UTC().Format(time.RFC3339))
+	if !res.Already && !jc.Claims.Identifiable() {
+		warn(noDMIWarning(id.NodeID))
+	}
 	return nil
+}
+
+// noDMIWarning tells the operator of a machine without DMI identity (many
+// VMs) that the control plane cannot recognise it, and how to name it.
+func noDMIWarning(node string) string {
+	return fmt.Sprintf("this machine reports no DMI product UUID or serial (common on VMs), so the control plane cannot recognise it "+
+		"when it joins again: after bcd join --reset it becomes a new node unless it is named. To come back as %s, join with a token "+
+		"made with fleetd token create --node-id %s --allow-reclaim; to choose the name of a new node, pass bcd join --node-id NAME", node, node)
+}
+
+// checkDataDir refuses a data directory other users may change (writable
+// by others, or owned by another user than root, this one or the [helper]
+// user), with the chmod or chown to run.
+func checkDataDir(dir string, cfg *config.BCD) error {
+	return checkDataDirNamed(dir, "the data directory", cfg)
+}
+
+// checkDataDirNamed is checkDataDir for a folder of bcd's named what.
+func checkDataDirNamed(dir, what string, cfg *config.BCD) error {
+	var owners []uint32
+	if cfg != nil && cfg.Helper.Enabled() {
+		if uid, _, err := cfg.Helper.IDs(); err == nil {
+			owners = append(owners, uid)
+		}
+	}
+	return fileperm.CheckDir(dir, what, 0o700, owners...)
+}
+
+// checkLive fails, with the way back, for an identity that loads but is
+// dead: the journal recorded its revocation, or its certificate expired.
+func checkLive(dir string, st *identity.State, attestor string, now time.Time) error {
+	if st.Identity.Attestor != "" {
+		attestor = st.Identity.Attestor
+	}
+	node := st.Identity.NodeID
+	if rv := revocation(dir, node); rv != nil {
+		return fmt.Errorf("this machine is joined as %s, but %s; join again: %s", node, doctor.RevokedMessage(node, rv), identity.WayBack(attestor))
+	}
+	if now.After(st.Leaf.NotAfter) {
+		return fmt.Errorf("this machine is joined as %s, but its certificate expired at %s and an expired certificate never renews; join again: %s",
+			node, st.Leaf.NotAfter.UTC().Format(time.RFC3339), identity.WayBack(attestor))
+	}
+	return nil
+}
+
+// revocation is the journal's record of node's certificate's end, or nil
+// (also when the journal cannot be read: the identity decides then).
+func revocation(dir, node string) *doctor.Revocation {
+	e, err := journal.Revocation(dir, node)
+	if err != nil || e == nil {
+		return nil
+	}
+	return &doctor.Revocation{Time: e.Time, Refused: e.Kind == journal.KindRefused, Detail: e.Detail}
 }
 
 // reset moves the identity aside (--reset --yes) or shows what would move

@@ -9,7 +9,10 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
+	"github.com/nodetrust/nodetrust/internal/bcd/doctor"
+	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/bcd/journal"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 func statusCommand() *cobra.Command {
@@ -54,14 +57,14 @@ func statusCommand() *cobra.Command {
 				return enc.Encode(map[string]any{
 					"node_id": id.NodeID, "spiffe_id": id.SPIFFEID, "trust_domain": id.TrustDomain,
 					"role": id.Role, "site": id.Site, "identity_generation": id.Generation,
-					"attestor": id.Attestor, "key": id.KeyKind, "serial": fmt.Sprintf("%x", leaf.SerialNumber),
+					"attestor": id.Attestor, "key": id.KeyKind, "serial": pki.SerialHex(leaf),
 					"not_before": leaf.NotBefore.UTC().Format(time.RFC3339), "not_after": leaf.NotAfter.UTC().Format(time.RFC3339),
 					"next_renewal": next.UTC().Format(time.RFC3339), "data_dir": dir, "journal_id": jid, "journal": es,
 				})
 			}
 			expired := ""
 			if time.Now().After(leaf.NotAfter) {
-				expired = " (EXPIRED: bcd join --reset --yes, then bcd join)"
+				expired = " (EXPIRED: " + identity.WayBack(id.Attestor) + ")"
 			}
 			fmt.Fprintf(w, "node:          %s\n", id.NodeID)
 			fmt.Fprintf(w, "spiffe id:     %s\n", id.SPIFFEID)
@@ -69,8 +72,11 @@ func statusCommand() *cobra.Command {
 			fmt.Fprintf(w, "site:          %s\n", siteOrDash(id.Site))
 			fmt.Fprintf(w, "generation:    %d\n", id.Generation)
 			fmt.Fprintf(w, "key:           %s (%s)\n", id.KeyKind, datadir.Layout(dir).Key())
-			fmt.Fprintf(w, "certificate:   %x\n", leaf.SerialNumber)
+			fmt.Fprintf(w, "certificate:   %s\n", pki.SerialHex(leaf))
 			fmt.Fprintf(w, "valid until:   %s%s\n", leaf.NotAfter.UTC().Format(time.RFC3339), expired)
+			if rv := revocation(dir, id.NodeID); rv != nil {
+				fmt.Fprintf(w, "REVOKED:       %s; join again: %s\n", doctor.RevokedMessage(id.NodeID, rv), identity.WayBack(id.Attestor))
+			}
 			fmt.Fprintf(w, "next renewal:  %s (while bcd node runs)\n", next.UTC().Format(time.RFC3339))
 			switch {
 			case jerr != nil:

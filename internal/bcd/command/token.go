@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 )
 
@@ -22,9 +23,13 @@ type tokenSource struct {
 	envSet   bool
 	stdin    io.Reader
 	terminal bool
-	// optional: no source, or an empty one, is no token rather than an
-	// error (the tpm attestor of a machine known by its EK).
+	// optional: no source, an empty one, or a token file that does not
+	// exist is no token rather than an error (the tpm attestor of a
+	// machine known by its EK).
 	optional bool
+	// warn, when set, is told what the user should know: a token file
+	// others may read, a missing one that counts as none.
+	warn func(string)
 }
 
 func (s tokenSource) read() ([]byte, error) {
@@ -35,8 +40,16 @@ func (s tokenSource) read() ([]byte, error) {
 	switch {
 	case s.file != "":
 		f, err := os.Open(s.file)
+		if s.optional && errors.Is(err, fs.ErrNotExist) {
+			s.tell(fmt.Sprintf("no token file %s: joining with the TPM alone (the control plane must know this machine's EK)", s.file))
+			return nil, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read the join token: %w", err)
+		}
+		if fi, err := f.Stat(); err == nil && fi.Mode().Perm()&0o004 != 0 {
+			s.tell(fmt.Sprintf("the join token file %s is readable by others (mode %04o): chmod 600 %s, or remove it once the machine has joined",
+				s.file, fi.Mode().Perm(), s.file))
 		}
 		defer f.Close()
 		raw, err = io.ReadAll(io.LimitReader(f, maxTokenBytes+1))
@@ -69,6 +82,12 @@ func (s tokenSource) read() ([]byte, error) {
 		return nil, errors.New("the join token is empty")
 	}
 	return tok, nil
+}
+
+func (s tokenSource) tell(msg string) {
+	if s.warn != nil {
+		s.warn(msg)
+	}
 }
 
 // isTerminal reports whether r is a character device (an interactive

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"github.com/nodetrust/nodetrust/pki"
@@ -29,6 +30,11 @@ const (
 type BCD struct {
 	// Server is the control plane's gRPC address, host:port.
 	Server string `toml:"server"`
+	// Servers are more addresses of the same control plane (its other
+	// replicas): bcd uses one at a time and moves to another when it is
+	// down, for joins, renewals and its session. The control plane's
+	// well-known document may name more.
+	Servers []string `toml:"servers"`
 	// ServerName is the name checked in the serving certificate; default:
 	// the host part of Server.
 	ServerName string `toml:"server_name"`
@@ -44,6 +50,9 @@ type BCD struct {
 	TPM string `toml:"tpm"`
 
 	Renewal Renewal `toml:"renewal"`
+
+	// Join says how bcd join proves this machine.
+	Join Join `toml:"join"`
 
 	// Helper, when its user is set, puts the TPM behind bcd helper: the
 	// unprivileged bcd node never opens the TPM device.
@@ -70,6 +79,29 @@ type Renewal struct {
 	// (default 30s and 10m).
 	BackoffMin Duration `toml:"backoff_min"`
 	BackoffMax Duration `toml:"backoff_max"`
+}
+
+// Join configures bcd join (and so the shipped bcd-join.service).
+type Join struct {
+	// Attestor is how the machine proves itself: "token" (the default) or
+	// "tpm", the TPM's EK, which lets a machine the control plane knows
+	// join again without a token (after a reinstall). bcd join --attestor
+	// overrides it.
+	Attestor string `toml:"attestor"`
+}
+
+// The attestors bcd join speaks.
+const (
+	AttestorToken = "token"
+	AttestorTPM   = "tpm"
+)
+
+// ValidAttestor checks an attestor name, naming where it came from.
+func ValidAttestor(setting, a string) error {
+	if a != AttestorToken && a != AttestorTPM {
+		return fmt.Errorf("%s: %q is not an attestor; use %q or %q", setting, a, AttestorToken, AttestorTPM)
+	}
+	return nil
 }
 
 // LocalAPI is bcd node's local API, which the command line and the
@@ -101,6 +133,18 @@ type Leases struct {
 	// Resources are the names of the resources; default: gpu0, gpu1, …
 	// for each NVIDIA GPU the machine reports.
 	Resources []string `toml:"resources"`
+}
+
+// Addresses are the control plane's addresses: server, then servers,
+// each once.
+func (c *BCD) Addresses() []string {
+	var out []string
+	for _, a := range append([]string{c.Server}, c.Servers...) {
+		if a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // Layout is the data directory's layout (data_dir, else the default).
@@ -223,6 +267,9 @@ func LoadBCD(path string) (*BCD, error) {
 	if c.TPM == "" {
 		c.TPM = "auto"
 	}
+	if c.Join.Attestor == "" {
+		c.Join.Attestor = AttestorToken
+	}
 	if c.Helper.Socket == "" {
 		c.Helper.Socket = "/run/bcd/helper.sock"
 	}
@@ -238,20 +285,32 @@ func LoadBCD(path string) (*BCD, error) {
 // Validate parses the pins and checks the addresses, naming the setting
 // that is wrong.
 func (c *BCD) Validate() error {
-	if c.Server == "" {
+	if c.Server == "" && len(c.Servers) == 0 {
 		return errors.New("server is required: the control plane's host:port")
 	}
-	if _, _, err := net.SplitHostPort(c.Server); err != nil {
-		return fmt.Errorf("server: want host:port: %w", err)
+	if c.Server != "" {
+		if _, _, err := net.SplitHostPort(c.Server); err != nil {
+			return fmt.Errorf("server: want host:port: %w", err)
+		}
+	}
+	for _, s := range c.Servers {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return fmt.Errorf("servers: %q: want host:port: %w", s, err)
+		}
 	}
 	if c.ServerName == "" {
-		c.ServerName, _, _ = net.SplitHostPort(c.Server)
+		c.ServerName, _, _ = net.SplitHostPort(c.Addresses()[0])
 	}
 	if f := c.Renewal.Fraction; f != 0 && (f < 0.05 || f > 0.95) {
 		return fmt.Errorf("renewal.fraction: %g is outside 0.05..0.95", f)
 	}
 	if c.Renewal.BackoffMin.Duration < 0 || c.Renewal.BackoffMax.Duration < c.Renewal.BackoffMin.Duration && c.Renewal.BackoffMax.Duration != 0 {
 		return errors.New("renewal.backoff_min and backoff_max: want 0 <= backoff_min <= backoff_max")
+	}
+	if c.Join.Attestor != "" {
+		if err := ValidAttestor("join.attestor", c.Join.Attestor); err != nil {
+			return err
+		}
 	}
 	if err := c.validateCalls(); err != nil {
 		return err

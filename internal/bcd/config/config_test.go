@@ -34,6 +34,25 @@ join_encryption_key_pin = "`+goodPin+`"
 	if c.JWKPath() != filepath.Join(filepath.Dir(p), JWKFile) {
 		t.Errorf("JWKPath = %s", c.JWKPath())
 	}
+	if c.Join.Attestor != AttestorToken {
+		t.Errorf("join.attestor defaults to %q, want token", c.Join.Attestor)
+	}
+}
+
+func TestJoinAttestorSetting(t *testing.T) {
+	base := `server = "fleet.example:8443"
+serving_ca_spki_pin = "` + goodPin + `"
+join_signing_key_pin = "` + goodPin + `"
+join_encryption_key_pin = "` + goodPin + `"
+`
+	c, err := LoadBCD(writeFile(t, base+"[join]\nattestor = \"tpm\"\n"))
+	if err != nil || c.Join.Attestor != AttestorTPM {
+		t.Fatalf("[join] attestor = \"tpm\": %+v, %v", c, err)
+	}
+	_, err = LoadBCD(writeFile(t, base+"[join]\nattestor = \"x509pop\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "join.attestor") {
+		t.Errorf("an unknown attestor: %v, want an error naming join.attestor", err)
+	}
 }
 
 func TestLoadBCDRefusals(t *testing.T) {

@@ -6,5 +6,6 @@
 //
 // Every Result that is not a pass carries a Fix: the way back, as a command
 // or a step an operator can take. Fix texts name the real commands, such as
-// "bcd join --reset --yes, then bcd join".
+// "bcd join --reset --yes --attestor tpm" for a node that joined with its
+// TPM, or the chmod that closes a folder others may write.
 package doctor

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
@@ -111,7 +112,6 @@ func oneLine(s string) string {
 // The ways back the checks give.
 const (
 	fixJoin     = "run bcd join (with the token on standard input)"
-	fixRejoin   = "bcd join --reset --yes, then bcd join"
 	fixClock    = "synchronise the clock (chrony or systemd-timesyncd), then run bcd doctor again"
 	fixClockErr = "check the control plane is reachable (see the reachability check)"
 	fixPin      = "check serving_ca_spki_pin against the control plane's pki-bundle.json"
@@ -124,48 +124,79 @@ const (
 	clockFail = 30 * time.Second
 )
 
-// CheckIdentity reports whether the node's identity in dataDir loads and its
-// certificate is valid at now. loadErr and leaf are what identity.LoadState
-// returned (leaf is State.Leaf; nil when loadErr is not nil).
+// IdentityFacts are what the identity check judges.
+type IdentityFacts struct {
+	DataDir string
+	// LoadErr and Leaf are what identity.LoadState returned (Leaf is
+	// State.Leaf; nil when LoadErr is not nil).
+	LoadErr error
+	Leaf    *x509.Certificate
+	// Attestor is the node's attestor (identity.json's, else config.toml's
+	// [join] attestor): it decides the way back.
+	Attestor string
+	// Revoked is the journal's entry that ended the current certificate (a
+	// revocation, or the control plane refusing it), or nil.
+	Revoked *Revocation
+	Now     time.Time
+}
+
+// Revocation is the journal's record of a certificate's end.
+type Revocation struct {
+	Time time.Time
+	// Refused is true when the control plane refused the certificate as a
+	// session opened, rather than revoking a live session.
+	Refused bool
+	Detail  string
+}
+
+// CheckIdentity reports whether the node's identity loads, is not revoked,
+// and has a certificate valid at Now. Every failure's fix is the way back
+// for the node's attestor (identity.WayBack).
 //
-//   - loadErr wrapping identity.ErrNotJoined: Warn "this node has not
+//   - LoadErr wrapping identity.ErrNotJoined: Warn "this node has not
 //     joined", with the fix to run bcd join.
-//   - loadErr wrapping fs.ErrPermission: Fail with the error, with the fix to
+//   - LoadErr wrapping fs.ErrPermission: Fail with the error, with the fix to
 //     run bcd doctor as a user that can read the data directory.
-//   - any other loadErr: Fail with the error, with the fix
-//     "bcd join --reset --yes, then bcd join". The error's own
+//   - any other LoadErr: Fail with the error. The error's own
 //     "; join again: …" ending is left out of the message, since the fix
 //     says it.
-//   - a leaf that expired at now: Fail "the node certificate expired at
-//     <RFC 3339 time>", with the same fix.
-//   - a leaf not yet valid at now: Warn, with the fix to synchronise the
+//   - a revocation in the journal: Fail "the control plane revoked this
+//     node's certificate at <time> (<detail>)".
+//   - a leaf that expired at Now: Fail "the node certificate expired at
+//     <RFC 3339 time>": an expired certificate never renews.
+//   - a leaf not yet valid at Now: Warn, with the fix to synchronise the
 //     clock: the local clock is behind the control plane's.
 //   - otherwise: Pass "joined as <node> until <RFC 3339 time>", the node
 //     being the leaf's Subject CommonName.
-func CheckIdentity(dataDir string, loadErr error, leaf *x509.Certificate, now time.Time) Result {
+func CheckIdentity(f IdentityFacts) Result {
 	r := Result{Name: NameIdentity}
+	rejoin := identity.WayBack(f.Attestor)
+	leaf, now := f.Leaf, f.Now
 	switch {
-	case errors.Is(loadErr, identity.ErrNotJoined):
+	case errors.Is(f.LoadErr, identity.ErrNotJoined):
 		r.Status, r.Fix = Warn, fixJoin
 		r.Message = "this node has not joined"
-		if dataDir != "" {
-			r.Message += fmt.Sprintf(" (no %s in %s)", datadir.IdentityFile, dataDir)
+		if f.DataDir != "" {
+			r.Message += fmt.Sprintf(" (no %s in %s)", datadir.IdentityFile, f.DataDir)
 		}
-	case errors.Is(loadErr, fs.ErrPermission):
-		r.Status, r.Message = Fail, loadErr.Error()
+	case errors.Is(f.LoadErr, fs.ErrPermission):
+		r.Status, r.Message = Fail, f.LoadErr.Error()
 		r.Fix = "run bcd doctor as root or as the user the data directory belongs to"
-		if dataDir != "" {
-			r.Fix = fmt.Sprintf("run bcd doctor as root or as the user %s belongs to", dataDir)
+		if f.DataDir != "" {
+			r.Fix = fmt.Sprintf("run bcd doctor as root or as the user %s belongs to", f.DataDir)
 		}
-	case loadErr != nil:
-		r.Status, r.Fix = Fail, fixRejoin
-		r.Message = dropWayBack(loadErr.Error(), "join again: "+fixRejoin)
+	case f.LoadErr != nil:
+		r.Status, r.Fix = Fail, rejoin
+		r.Message = dropJoinAgain(f.LoadErr.Error())
 	case leaf == nil:
-		r.Status, r.Fix = Fail, fixRejoin
+		r.Status, r.Fix = Fail, rejoin
 		r.Message = "the identity holds no node certificate"
+	case f.Revoked != nil:
+		r.Status, r.Fix = Fail, rejoin
+		r.Message = RevokedMessage(nodeName(leaf), f.Revoked)
 	case now.After(leaf.NotAfter):
-		r.Status, r.Fix = Fail, fixRejoin
-		r.Message = "the node certificate expired at " + rfc3339(leaf.NotAfter)
+		r.Status, r.Fix = Fail, rejoin
+		r.Message = "the node certificate expired at " + rfc3339(leaf.NotAfter) + "; an expired certificate never renews"
 	case now.Before(leaf.NotBefore):
 		r.Status, r.Fix = Warn, fixClock
 		r.Message = fmt.Sprintf("joined as %s, but the node certificate is valid only from %s; is this machine's clock behind?",
@@ -175,6 +206,34 @@ func CheckIdentity(dataDir string, loadErr error, leaf *x509.Certificate, now ti
 		r.Message = fmt.Sprintf("joined as %s until %s", nodeName(leaf), rfc3339(leaf.NotAfter))
 	}
 	return r
+}
+
+// RevokedMessage says that node's certificate was revoked or refused, as
+// the journal recorded it.
+func RevokedMessage(node string, rv *Revocation) string {
+	what := "the control plane revoked the certificate of node " + node
+	if rv.Refused {
+		what = "the control plane refused the certificate of node " + node
+	}
+	msg := what + " at " + rfc3339(rv.Time)
+	if rv.Detail != "" {
+		msg += " (" + oneLine(rv.Detail) + ")"
+	}
+	return msg + "; it can never renew"
+}
+
+// dropJoinAgain removes the "; join again: …" ending of an identity error,
+// which the result's Fix says.
+func dropJoinAgain(msg string) string {
+	before, rest, found := strings.Cut(msg, "; join again: ")
+	if !found {
+		return msg
+	}
+	// Keep what follows the way back (the TPM hint), if anything.
+	if _, after, ok := strings.Cut(rest, "; "); ok {
+		return before + "; " + after
+	}
+	return before
 }
 
 // CheckConfig reports whether bcd's config at path loaded; loadErr is what
@@ -298,6 +357,50 @@ func abs(d time.Duration) time.Duration {
 		return time.Duration(1<<63 - 1)
 	}
 	return -d
+}
+
+// NamePermissions is the name of the permissions check.
+const NamePermissions = "permissions"
+
+// CheckPermissions reports the folders (data, credentials) whose modes or
+// owners let another user change what they hold, and the token file others
+// may read. problems are what fileperm.CheckDir returned for each folder
+// (nil entries are fine folders); tokenFile, when set, is a join token
+// file others may read (mode tokenMode).
+//
+//   - no problem: Pass "<what> not writable by others".
+//   - a folder problem: Fail with each problem, the fix its chmod or chown.
+//   - only a readable token file: Warn, with the fix chmod 600.
+func CheckPermissions(checked string, problems []error, tokenFile string, tokenMode fs.FileMode) Result {
+	r := Result{Name: NamePermissions}
+	var msgs, fixes []string
+	for _, p := range problems {
+		if p == nil {
+			continue
+		}
+		var pr *fileperm.Problem
+		if errors.As(p, &pr) {
+			msgs = append(msgs, pr.What+" "+pr.Path+" "+pr.Why)
+			fixes = append(fixes, pr.Fix)
+			continue
+		}
+		msgs = append(msgs, p.Error())
+		fixes = append(fixes, "run bcd doctor as root or as the user the data directory belongs to")
+	}
+	switch {
+	case len(msgs) > 0:
+		r.Status = Fail
+		r.Message = strings.Join(msgs, "; ") + ": another user could replace the identity"
+		r.Fix = strings.Join(fixes, "; ")
+	case tokenFile != "":
+		r.Status = Warn
+		r.Message = fmt.Sprintf("the join token %s is readable by others (mode %04o)", tokenFile, tokenMode.Perm())
+		r.Fix = "chmod 600 " + tokenFile + ", or remove it once the machine has joined"
+	default:
+		r.Status = Pass
+		r.Message = checked + " not writable by others"
+	}
+	return r
 }
 
 // NameTPM is the name of the TPM check.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/bcd/datadir"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
+	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/pki/pkitest"
 	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
@@ -111,7 +112,7 @@ func check(t *testing.T, got Result, name string, status Status, msgPart, fix st
 	}
 }
 
-const rejoin = "bcd join --reset --yes, then bcd join"
+var rejoin = identity.WayBack("token")
 
 func TestCheckIdentity(t *testing.T) {
 	k := pkitest.NewKey(t)
@@ -164,7 +165,7 @@ func TestCheckIdentity(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := CheckIdentity(tc.dir, tc.loadErr, tc.leaf, tc.now)
+			got := CheckIdentity(IdentityFacts{DataDir: tc.dir, LoadErr: tc.loadErr, Leaf: tc.leaf, Now: tc.now})
 			check(t, got, NameIdentity, tc.status, tc.msg, tc.fix)
 			if strings.Contains(got.Message, "join again:") {
 				t.Errorf("Message %q repeats the way back the Fix gives", got.Message)
@@ -175,9 +176,34 @@ func TestCheckIdentity(t *testing.T) {
 
 func TestCheckIdentityExpiresAtNotAfter(t *testing.T) {
 	leaf := leafCert(t, "web-02", t0.Add(-time.Hour), t0)
-	check(t, CheckIdentity("", nil, leaf, t0), NameIdentity, Pass, "joined as web-02 until 2026-03-01T12:00:00Z", "")
-	check(t, CheckIdentity("", nil, leaf, t0.Add(time.Second)), NameIdentity, Fail,
+	check(t, CheckIdentity(IdentityFacts{Leaf: leaf, Now: t0}), NameIdentity, Pass, "joined as web-02 until 2026-03-01T12:00:00Z", "")
+	check(t, CheckIdentity(IdentityFacts{Leaf: leaf, Now: t0.Add(time.Second)}), NameIdentity, Fail,
 		"expired at 2026-03-01T12:00:00Z", rejoin)
+}
+
+func TestCheckIdentityRevokedAndTheTPMWayBack(t *testing.T) {
+	leaf := leafCert(t, "web-03", t0.Add(-time.Hour), t0.Add(time.Hour))
+	rv := &Revocation{Time: t0.Add(-time.Minute), Detail: "disk stolen"}
+	check(t, CheckIdentity(IdentityFacts{Leaf: leaf, Now: t0, Revoked: rv}), NameIdentity, Fail,
+		"the control plane revoked the certificate of node web-03 at 2026-03-01T11:59:00Z (disk stolen); it can never renew", rejoin)
+	// A node that joined with its TPM is sent back to the TPM, which
+	// needs no token.
+	check(t, CheckIdentity(IdentityFacts{Leaf: leaf, Now: t0, Revoked: rv, Attestor: "tpm"}), NameIdentity, Fail,
+		"revoked", "bcd join --reset --yes --attestor tpm")
+	check(t, CheckIdentity(IdentityFacts{Leaf: leaf, Now: t0.Add(2 * time.Hour), Attestor: "tpm"}), NameIdentity, Fail,
+		"expired at", "bcd join --reset --yes --attestor tpm")
+	refused := &Revocation{Time: t0, Refused: true, Detail: "node certificate refused: certificate 01 was revoked"}
+	check(t, CheckIdentity(IdentityFacts{Leaf: leaf, Now: t0, Revoked: refused}), NameIdentity, Fail,
+		"the control plane refused the certificate of node web-03", rejoin)
+}
+
+func TestCheckPermissions(t *testing.T) {
+	check(t, CheckPermissions("the data directory", nil, "", 0), NamePermissions, Pass, "the data directory not writable by others", "")
+	pr := &fileperm.Problem{What: "the data directory", Path: "/var/lib/bcd", Why: "is writable by others (mode 0777)", Fix: "chmod 0700 /var/lib/bcd"}
+	check(t, CheckPermissions("the data directory", []error{nil, pr}, "", 0), NamePermissions, Fail,
+		"the data directory /var/lib/bcd is writable by others (mode 0777)", "chmod 0700 /var/lib/bcd")
+	check(t, CheckPermissions("the data directory", nil, "/etc/bcd/join-token", 0o644), NamePermissions, Warn,
+		"the join token /etc/bcd/join-token is readable by others (mode 0644)", "chmod 600 /etc/bcd/join-token, or remove it once the machine has joined")
 }
 
 func TestCheckConfig(t *testing.T) {
@@ -326,7 +352,7 @@ func TestPrint(t *testing.T) {
 	}
 
 	b.Reset()
-	Print(&b, []Result{CheckIdentity("", fmt.Errorf("%w", identity.ErrNotJoined), nil, t0)})
+	Print(&b, []Result{CheckIdentity(IdentityFacts{LoadErr: fmt.Errorf("%w", identity.ErrNotJoined), Now: t0})})
 	if got, want := b.String(), "warn  identity  this node has not joined\n    → run bcd join (with the token on standard input)\n"; got != want {
 		t.Errorf("Print wrote %q, want %q", got, want)
 	}

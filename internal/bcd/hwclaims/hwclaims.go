@@ -34,6 +34,14 @@ type Claims struct {
 	BootID        string // the kernel's boot id, lower case; new at every boot
 }
 
+// Identifiable reports whether the claims hold what the control plane's
+// reclaim rules match a known machine by: a DMI product UUID or a serial.
+// A machine without them (many VMs) is a new machine at every join unless
+// its node is named.
+func (c Claims) Identifiable() bool {
+	return c.ProductUUID != "" || c.ProductSerial != "" || c.BoardSerial != "" || c.ChassisSerial != ""
+}
+
 // Read returns the claims of the host whose file system is at root; "" or "/"
 // is this host. It reads, under root:
 //

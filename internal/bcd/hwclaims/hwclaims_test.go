@@ -262,3 +262,19 @@ func FuzzParseGPUInformation(f *testing.F) {
 		}
 	})
 }
+
+func TestIdentifiable(t *testing.T) {
+	for _, tc := range []struct {
+		c    Claims
+		want bool
+	}{
+		{Claims{}, false},
+		{Claims{Hostname: "vm-1", MACs: []string{"52:54:00:12:34:56"}, BootID: "b"}, false},
+		{Claims{ProductUUID: "6a1f5c1e-0000-4000-8000-000000000001"}, true},
+		{Claims{ChassisSerial: "CZ1234"}, true},
+	} {
+		if got := tc.c.Identifiable(); got != tc.want {
+			t.Errorf("%+v.Identifiable() = %v, want %v", tc.c, got, tc.want)
+		}
+	}
+}

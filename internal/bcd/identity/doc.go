@@ -17,6 +17,7 @@
 // the join and the renewal check an answer before it is stored, and bcd doctor
 // reports an expired certificate.
 //
-// Errors meant for an operator end with the way back, such as
-// "join again: bcd join --reset --yes, then bcd join".
+// Errors meant for an operator end with the way back for the node's
+// attestor ([WayBack]), such as "join again: bcd join --reset --yes
+// --attestor tpm" for a node that joined with its TPM.
 package identity

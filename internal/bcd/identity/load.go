@@ -26,8 +26,20 @@ const (
 	PEMTypeTPMKey = "NODETRUST TPM KEY"
 )
 
-// wayBack ends every message about an identity only a new join repairs.
-const wayBack = "join again: bcd join --reset --yes, then bcd join"
+// WayBack is the command that replaces an identity only a new join repairs,
+// for a node that joins with attestor: with the TPM ("tpm"), whose EK
+// reclaims the node without a token, or else with a fresh token on standard
+// input (bcd join --reset --yes moves the identity aside and joins in one
+// step).
+func WayBack(attestor string) string {
+	if attestor == "tpm" {
+		return "bcd join --reset --yes --attestor tpm"
+	}
+	return "bcd join --reset --yes < token.txt, with a fresh token (made with --allow-reclaim for a machine the control plane knows)"
+}
+
+// joinAgain ends every message about an identity only a new join repairs.
+func joinAgain(attestor string) string { return "join again: " + WayBack(attestor) }
 
 // tpmHint is added to ErrKeyMismatch's message when node.key is a TPM record.
 const tpmHint = "the TPM derives another key from node.key (was the TPM cleared?)"
@@ -38,8 +50,8 @@ var (
 	ErrNotJoined = errors.New("this node has not joined")
 	// ErrKeyMismatch means node.key is not the key the node certificate
 	// certifies (for ReadKey: nor is node.key.next). LoadState's error reads
-	// "the node key does not match the node certificate; join again: bcd
-	// join --reset --yes, then bcd join".
+	// "the node key does not match the node certificate; join again: " and
+	// the node's [WayBack].
 	ErrKeyMismatch = errors.New("the node key does not match the node certificate")
 	// ErrInvalidKey is wrapped by a KeyLoader's error when the bytes are not a
 	// key it could ever load (no PEM, a bad encoding, a wrong algorithm). Any
@@ -61,6 +73,10 @@ type LoadOptions struct {
 	// PEMTypeTPMKey records (and PEMTypeFileKey, for a file-key node moving
 	// into the TPM).
 	KeyLoader KeyLoader
+	// Attestor is the attestor this host joins with (config.toml's [join]
+	// attestor): the way back an error names when identity.json cannot
+	// say which attestor made it.
+	Attestor string
 }
 
 // LoadPKCS8Key is the default KeyLoader: it loads a PEMTypeFileKey block
@@ -145,15 +161,20 @@ func LoadState(dir string, o LoadOptions) (*State, error) {
 	}
 	if json.Unmarshal(data, &v) == nil && v.Version > Version {
 		return nil, fmt.Errorf("%s has format version %d, which this bcd cannot read; upgrade bcd, or %s",
-			idPath, v.Version, wayBack)
+			idPath, v.Version, joinAgain(o.Attestor))
 	}
 	id, chain, roots, err := parse(data)
 	if err != nil {
 		return nil, &loadError{
-			msg: fmt.Sprintf("%s is corrupt (%v); %s", idPath, err, wayBack),
+			msg: fmt.Sprintf("%s is corrupt (%v); %s", idPath, err, joinAgain(o.Attestor)),
 			err: err,
 		}
 	}
+	attestor := id.Attestor
+	if attestor == "" {
+		attestor = o.Attestor
+	}
+	wayBack := joinAgain(attestor)
 	leaf := chain[0]
 
 	// Rule 2: a renewal's next key.

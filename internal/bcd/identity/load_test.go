@@ -16,8 +16,11 @@ import (
 
 const (
 	msgNotJoined   = "this node has not joined (run bcd join)"
-	msgMismatch    = "the node key does not match the node certificate; join again: bcd join --reset --yes, then bcd join"
+	msgMismatch    = "the node key does not match the node certificate; join again: bcd join --reset --yes < token.txt, with a fresh token (made with --allow-reclaim for a machine the control plane knows)"
 	msgMismatchTPM = msgMismatch + "; the TPM derives another key from node.key (was the TPM cleared?)"
+	// A node that joined with its TPM is told to join again with it: a
+	// token it no longer has is not its way back.
+	msgMismatchTPMJoin = "the node key does not match the node certificate; join again: bcd join --reset --yes --attestor tpm; the TPM derives another key from node.key (was the TPM cleared?)"
 )
 
 func TestLoadState(t *testing.T) {
@@ -189,6 +192,17 @@ func TestLoadState(t *testing.T) {
 			want: want{errIs: ErrKeyMismatch, errText: msgMismatchTPM, closed: true},
 		},
 		{
+			name: "TPM key mismatch of a node that joined with its TPM names the TPM's way back",
+			tpm:  true,
+			setup: func(t *testing.T, dir string) {
+				id := ca.identity(t, "n1", &k1.PublicKey)
+				id.Attestor, id.KeyKind = "tpm", KeyKindTPM
+				writeIdentity(t, dir, id)
+				writeFile(t, dir, datadir.KeyFile, keyPEM(t, k2, PEMTypeTPMKey))
+			},
+			want: want{errIs: ErrKeyMismatch, errText: msgMismatchTPMJoin, closed: true},
+		},
+		{
 			name: "TPM key that matches",
 			tpm:  true,
 			setup: func(t *testing.T, dir string) {
@@ -205,7 +219,7 @@ func TestLoadState(t *testing.T) {
 				writeFile(t, dir, datadir.IdentityFile, []byte(`{"version":1,"node_id":"n1","chain":[`))
 				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
-			want: want{contains: []string{datadir.IdentityFile + " is corrupt", wayBack}},
+			want: want{contains: []string{datadir.IdentityFile + " is corrupt", joinAgain("token")}},
 		},
 		{
 			name: "identity.json with a bad certificate",
@@ -215,7 +229,7 @@ func TestLoadState(t *testing.T) {
 				writeIdentity(t, dir, id)
 				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
-			want: want{contains: []string{datadir.IdentityFile + " is corrupt", "chain certificate 0", wayBack}},
+			want: want{contains: []string{datadir.IdentityFile + " is corrupt", "chain certificate 0", joinAgain("token")}},
 		},
 		{
 			name: "identity.json without a certificate",
@@ -225,7 +239,7 @@ func TestLoadState(t *testing.T) {
 				writeIdentity(t, dir, id)
 				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
-			want: want{contains: []string{datadir.IdentityFile + " is corrupt", "no certificate", wayBack}},
+			want: want{contains: []string{datadir.IdentityFile + " is corrupt", "no certificate", joinAgain("token")}},
 		},
 		{
 			name: "corrupt identity.json leaves the next key alone",
@@ -234,7 +248,7 @@ func TestLoadState(t *testing.T) {
 				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 				writeFile(t, dir, datadir.NextKeyFile, fileKeyPEM(t, k2))
 			},
-			want: want{contains: []string{datadir.IdentityFile + " is corrupt", wayBack}, nextKept: true},
+			want: want{contains: []string{datadir.IdentityFile + " is corrupt", joinAgain("token")}, nextKept: true},
 		},
 		{
 			name: "identity.json of a newer format",
@@ -244,14 +258,14 @@ func TestLoadState(t *testing.T) {
 				writeIdentity(t, dir, id)
 				writeFile(t, dir, datadir.KeyFile, fileKeyPEM(t, k1))
 			},
-			want: want{contains: []string{datadir.IdentityFile, "format version 2", "upgrade bcd", wayBack}},
+			want: want{contains: []string{datadir.IdentityFile, "format version 2", "upgrade bcd", joinAgain("token")}},
 		},
 		{
 			name: "missing node.key",
 			setup: func(t *testing.T, dir string) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
 			},
-			want: want{errIs: fs.ErrNotExist, contains: []string{datadir.KeyFile + " is missing", wayBack}},
+			want: want{errIs: fs.ErrNotExist, contains: []string{datadir.KeyFile + " is missing", joinAgain("token")}},
 		},
 		{
 			name: "corrupt node.key",
@@ -259,7 +273,7 @@ func TestLoadState(t *testing.T) {
 				writeIdentity(t, dir, ca.identity(t, "n1", &k1.PublicKey))
 				writeFile(t, dir, datadir.KeyFile, []byte("-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n"))
 			},
-			want: want{errIs: ErrInvalidKey, contains: []string{datadir.KeyFile + " is corrupt", wayBack}},
+			want: want{errIs: ErrInvalidKey, contains: []string{datadir.KeyFile + " is corrupt", joinAgain("token")}},
 		},
 	}
 	for _, tt := range tests {

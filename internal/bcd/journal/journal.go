@@ -30,8 +30,11 @@ const (
 	KindRenewed       = "renewed"
 	KindRenewalFailed = "renewal failed"
 	KindRevoked       = "revoked"
-	KindReset         = "reset"
-	KindStarted       = "started"
+	// KindRefused is the control plane refusing the node certificate when
+	// a session opens (revoked while the node was away, say).
+	KindRefused = "refused"
+	KindReset   = "reset"
+	KindStarted = "started"
 )
 
 // MaxDetail is the most bytes of an entry's Detail the journal keeps. Append
@@ -289,6 +292,34 @@ func ReadLast(dir string, n int) (id string, entries []Entry, err error) {
 		return fail(err)
 	}
 	return id, entries, nil
+}
+
+// revocationWindow is how many of the newest entries Revocation reads.
+const revocationWindow = 256
+
+// Revocation reads the journal in dir like [ReadLast] and returns the entry
+// that ended nodeID's current certificate — the newest entry for nodeID when
+// it is a revocation ([KindRevoked]) or a refusal of the certificate
+// ([KindRefused]) — or nil when the newest such entry says it lives (joined,
+// renewed) or there is none. A journal that cannot be read returns its
+// error; a missing one returns nil.
+func Revocation(dir, nodeID string) (*Entry, error) {
+	_, entries, err := ReadLast(dir, revocationWindow)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range entries {
+		if e.NodeID != nodeID {
+			continue
+		}
+		switch e.Kind {
+		case KindRevoked, KindRefused:
+			return &e, nil
+		case KindJoined, KindRenewed, KindReset:
+			return nil, nil
+		}
+	}
+	return nil, nil
 }
 
 // corruptError is a journal Open moves aside.

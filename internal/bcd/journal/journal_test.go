@@ -573,3 +573,40 @@ func TestConcurrentCreate(t *testing.T) {
 		t.Errorf("ReadLast = %d entries, %v; want %d", len(es), err, n)
 	}
 }
+
+func TestRevocation(t *testing.T) {
+	cases := []struct {
+		name    string
+		entries [][2]string // kind, node, oldest first
+		want    string      // the kind found, "" for none
+	}{
+		{"no journal entry is no revocation", nil, ""},
+		{"a revocation of the node is found", [][2]string{{KindJoined, "n1"}, {KindRenewed, "n1"}, {KindRevoked, "n1"}}, KindRevoked},
+		{"a refusal of the certificate counts as one", [][2]string{{KindJoined, "n1"}, {KindRefused, "n1"}, {KindStarted, "n1"}}, KindRefused},
+		{"a join after the revocation ends it", [][2]string{{KindRevoked, "n1"}, {KindReset, "n1"}, {KindJoined, "n1"}}, ""},
+		{"another node's revocation is not this node's", [][2]string{{KindJoined, "n1"}, {KindRevoked, "n0"}}, ""},
+		{"failed renewals are no revocation", [][2]string{{KindJoined, "n1"}, {KindRenewalFailed, "n1"}}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if tc.entries != nil {
+				j := open(t, dir, newClock().now)
+				for _, e := range tc.entries {
+					appendEntry(t, j, e[0], e[1], "detail of "+e[0])
+				}
+				j.Close()
+			}
+			got, err := Revocation(dir, "n1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.want == "" && got != nil:
+				t.Errorf("Revocation = %+v, want none", got)
+			case tc.want != "" && (got == nil || got.Kind != tc.want || got.Detail != "detail of "+tc.want):
+				t.Errorf("Revocation = %+v, want a %s entry", got, tc.want)
+			}
+		})
+	}
+}

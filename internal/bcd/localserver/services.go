@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/leases"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/localapi"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // ok returns a reply of kind ok with v as its JSON payload.
@@ -167,7 +167,7 @@ func (s *Server) status(caller localapi.Principal) localapi.Status {
 		st.Resources = []string{}
 	}
 	if c := s.machine.Certificate(); c != nil {
-		st.MachineCertificate = &localapi.Certificate{Serial: fmt.Sprintf("%x", c.SerialNumber), NotAfter: c.NotAfter.UTC()}
+		st.MachineCertificate = &localapi.Certificate{Serial: pki.SerialHex(c), NotAfter: c.NotAfter.UTC()}
 	}
 	if a := s.fedAddr.Load(); a != nil {
 		st.FederationAddress = *a

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/fleetd"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/devswtpm"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -30,7 +32,8 @@ const (
 func devCommand() *cobra.Command {
 	var (
 		dir, listen, role, lifetime, logLevel string
-		keep                                  bool
+		keep, swtpm                           bool
+		ekRoots, ekIntermediates              []string
 	)
 	c := &cobra.Command{
 		Use:   "dev",
@@ -38,7 +41,13 @@ func devCommand() *cobra.Command {
 		Long: `dev makes a PKI, a fleetd.toml and a SQLite store in a temporary folder (or --dir),
 serves on loopback, creates a join token, and prints the bcd join command that
 uses it. It writes dev.env (shell variables) beside them for scripts. Stop it
-with Ctrl-C; the temporary folder is removed unless --keep or --dir is given.`,
+with Ctrl-C; the temporary folder is removed unless --keep or --dir is given.
+
+TPM joins: --ek-roots FILE (and --ek-intermediates FILE) trust TPM
+manufacturers' certificates as fleetd.toml's [tpm] ek_roots does. --swtpm
+starts a software TPM (swtpm, Debian's swtpm and swtpm-tools) on loopback whose
+EK certificate comes from a throwaway CA of its own, trusts that CA, and prints
+the bcd join --attestor tpm command for it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -67,13 +76,26 @@ with Ctrl-C; the temporary folder is removed unless --keep or --dir is given.`,
 					return err
 				}
 			}
+			var sw *devswtpm.TPM
+			if swtpm {
+				if sw, err = devswtpm.Start(ctx, filepath.Join(dir, "swtpm")); err != nil {
+					return err
+				}
+				defer sw.Stop()
+				ekRoots = append(ekRoots, sw.RootCert())
+				ekIntermediates = append(ekIntermediates, sw.IssuerCert())
+			}
+			tpmSection, err := devTPMSection(ekRoots, ekIntermediates)
+			if err != nil {
+				return err
+			}
 			ln, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", listen, err)
 			}
 			cfgPath := filepath.Join(dir, "fleetd.toml")
-			cfgText := fmt.Sprintf("# Written by fleetd dev.\npki_dir = %q\ndata_dir = %q\nlisten = %q\nnode_cert_lifetime = %q\nlog_level = %q\n",
-				"pki", "data", ln.Addr().String(), lifetimeD.String(), logLevel)
+			cfgText := fmt.Sprintf("# Written by fleetd dev.\npki_dir = %q\ndata_dir = %q\nlisten = %q\nnode_cert_lifetime = %q\nlog_level = %q\n%s",
+				"pki", "data", ln.Addr().String(), lifetimeD.String(), logLevel, tpmSection)
 			if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
 				ln.Close()
 				return err
@@ -93,7 +115,7 @@ with Ctrl-C; the temporary folder is removed unless --keep or --dir is given.`,
 				Listener: ln,
 				Ready: func(addr, _ string) {
 					go func() {
-						err := devReady(ctx, cmd.OutOrStdout(), dir, cfgPath, addr, role)
+						err := devReady(ctx, cmd.OutOrStdout(), dir, cfgPath, addr, role, sw)
 						readyErr <- err
 						if err != nil {
 							cancel()
@@ -117,11 +139,49 @@ with Ctrl-C; the temporary folder is removed unless --keep or --dir is given.`,
 	c.Flags().StringVar(&lifetime, "node-cert-lifetime", "24h", "lifetime of node certificates")
 	c.Flags().StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	c.Flags().BoolVar(&keep, "keep", false, "keep the temporary folder when dev stops")
+	c.Flags().StringSliceVar(&ekRoots, "ek-roots", nil, "PEM file of TPM manufacturer root certificates to trust for TPM joins (repeatable; [tpm] ek_roots)")
+	c.Flags().StringSliceVar(&ekIntermediates, "ek-intermediates", nil, "PEM file of TPM manufacturer intermediate certificates ([tpm] ek_intermediates)")
+	c.Flags().BoolVar(&swtpm, "swtpm", false, "start a software TPM with an EK certificate from a throwaway CA, trust that CA, and print the TPM join command")
 	return c
 }
 
+// devTPMSection is fleetd.toml's [tpm] section for the EK certificates
+// given, with absolute paths; "" when there are none. Each file must hold a
+// certificate.
+func devTPMSection(roots, inters []string) (string, error) {
+	if len(roots) == 0 && len(inters) == 0 {
+		return "", nil
+	}
+	if len(roots) == 0 {
+		return "", cli.Usagef("--ek-intermediates needs --ek-roots: intermediates are trusted only under a root")
+	}
+	list := func(flag string, files []string) (string, error) {
+		var q []string
+		for _, f := range files {
+			abs, err := filepath.Abs(f)
+			if err != nil {
+				return "", err
+			}
+			if _, err := pki.ReadCerts(abs); err != nil {
+				return "", cli.Usagef("%s %s: %v", flag, f, err)
+			}
+			q = append(q, strconv.Quote(abs))
+		}
+		return "[" + strings.Join(q, ", ") + "]", nil
+	}
+	r, err := list("--ek-roots", roots)
+	if err != nil {
+		return "", err
+	}
+	i, err := list("--ek-intermediates", inters)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("\n[tpm]\nek_roots = %s\nek_intermediates = %s\n", r, i), nil
+}
+
 // devReady creates the first token and tells the user how to join.
-func devReady(ctx context.Context, out io.Writer, dir, cfgPath, addr, role string) error {
+func devReady(ctx context.Context, out io.Writer, dir, cfgPath, addr, role string, sw *devswtpm.TPM) error {
 	f := adminFlags{config: cfgPath}
 	client, done, err := f.dial()
 	if err != nil {
@@ -154,6 +214,20 @@ func devReady(ctx context.Context, out io.Writer, dir, cfgPath, addr, role strin
 	}
 	env := fmt.Sprintf("FLEETD_DEV_DIR=%q\nFLEETD_CONFIG=%q\nFLEETD_SERVER=%q\nBCD_DATA_DIR=%q\nBCD_TOKEN_FILE=%q\nSERVING_CA_SPKI_PIN=%q\nJOIN_SIGNING_KEY_PIN=%q\nJOIN_ENCRYPTION_KEY_PIN=%q\n",
 		dir, cfgPath, addr, nodeDir, tokenPath, b.ServingCASPKIPin, b.JoinSigningKeyPin, b.JoinEncryptionKeyPin)
+	tpmNote := ""
+	if sw != nil {
+		// The TPM join: the token is needed once, for an EK the control
+		// plane does not know yet; after bcd join --reset --yes the same
+		// command without the token reclaims the node.
+		args = append(args[:1], append([]string{"--attestor tpm", "--tpm " + sw.Spec()}, args[1:]...)...)
+		env += fmt.Sprintf("BCD_TPM=%q\n", sw.Spec())
+		tpmNote = fmt.Sprintf(`
+This is a TPM join: a software TPM serves %s (state in %s), its EK
+certificate signed by a throwaway CA that this control plane trusts
+([tpm] ek_roots). The token is needed once; after bcd join --reset --yes the
+same command without --token-file brings the node back by its EK.
+`, sw.Spec(), sw.Dir)
+	}
 	if err := os.WriteFile(filepath.Join(dir, devEnvFile), []byte(env), 0o600); err != nil {
 		return err
 	}
@@ -163,13 +237,13 @@ state in %s
 Join a node (the token is in %s, single use, expires %s):
 
   %s
-
+%s
 See the nodes:
 
   fleetd nodes list --config %s
 
 More tokens:  fleetd token create --role %s --config %s
 Stop with Ctrl-C.
-`, devTrustDomain, addr, dir, tokenPath, timeOrDash(resp.Info.ExpiresUnix), strings.Join(args, " \\\n    "), cfgPath, role, cfgPath)
+`, devTrustDomain, addr, dir, tokenPath, timeOrDash(resp.Info.ExpiresUnix), strings.Join(args, " \\\n    "), tpmNote, cfgPath, role, cfgPath)
 	return nil
 }

@@ -97,8 +97,9 @@ func nodesRevokeCommand() *cobra.Command {
 		Short: "Revoke a node's certificates and end its live session",
 		Long: `revoke raises the node's identity generation and revokes its certificates; its
 live session gets a RevocationNotice and bcd node exits. The machine comes back
-only by joining again (bcd join --reset --yes, then bcd join with a token made
-with --allow-reclaim).`,
+only by joining again: bcd join --reset --yes with a token made with
+--allow-reclaim on standard input, or bcd join --reset --yes --attestor tpm for
+a machine that joined with its TPM.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if reason == "" {

@@ -21,14 +21,16 @@ Start here:
   fleetd dev                         a complete control plane on loopback, for trying it out
   fleetd init --dir D --trust-domain T --server-name N
   fleetd serve --config fleetd.toml
-  fleetd token create --role worker  a join token, printed once`,
+  fleetd token create --role worker  a join token, printed once
+  fleetd policy check --class C --log FILE --pcrs FILE
+                                     test a boot policy on a captured boot`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand())
+	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), policyCommand(), pkiCommand())
 	return root
 }
 

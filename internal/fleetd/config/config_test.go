@@ -35,6 +35,9 @@ func TestLoadFleetd(t *testing.T) {
 	if c.NodeCertLifetime.Duration != MaxNodeCertLifetime {
 		t.Errorf("default lifetime %s", c.NodeCertLifetime)
 	}
+	if b := c.BootPolicy; b.Dir != "" || b.VerdictLogMaxBytes != 10<<20 || b.VerdictLogKeep != 5 {
+		t.Errorf("default boot_policy %+v", b)
+	}
 }
 
 func TestLoadFleetdRefusals(t *testing.T) {
@@ -43,16 +46,48 @@ func TestLoadFleetdRefusals(t *testing.T) {
 		{"a lifetime over 24h", "pki_dir = \"p\"\ndata_dir = \"d\"\nnode_cert_lifetime = \"25h\"\n", "node_cert_lifetime"},
 		{"a malformed duration", "pki_dir = \"p\"\ndata_dir = \"d\"\ntoken_ttl = \"soon\"\n", "duration"},
 		{"an unknown store", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\ndriver = \"mysql\"\n", "store.driver"},
+		{"a relative PKCS#11 module", "pki_dir = \"p\"\ndata_dir = \"d\"\n[pkcs11]\nmodule = \"libsofthsm2.so\"\n", "pkcs11.module"},
 		{"a bad log level", "pki_dir = \"p\"\ndata_dir = \"d\"\nlog_level = \"loud\"\n", "log_level"},
 		{"a negative connection limit", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nmax_connections = -1\n", "limits.max_connections"},
 		{"a per-source limit above the total", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nmax_connections = 10\nmax_connections_per_source = 11\n", "limits.max_connections_per_source"},
 		{"a negative idle timeout", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nidle_timeout = \"-1s\"\n", "limits.idle_timeout"},
+		{"a tiny verdict log", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_max_bytes = 100\n", "boot_policy.verdict_log_max_bytes"},
+		{"no verdict log kept", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_keep = -1\n", "boot_policy.verdict_log_keep"},
+		{"a password in the store URL", "pki_dir = \"p\"\ndata_dir = \"d\"\nstore = \"postgres://fleetd:hunter2@db/fleetd\"\n", "store.url: the URL carries a password"},
+		{"a password parameter in the store URL", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\nurl = \"postgres://fleetd@db/fleetd?password=hunter2\"\n", "store.url: the URL carries a password"},
+		{"a store URL of another scheme", "pki_dir = \"p\"\ndata_dir = \"d\"\nstore = \"mysql://db/fleetd\"\n", "store.url: scheme"},
+		{"postgres without a URL", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\ndriver = \"postgres\"\n", "store.url: the PostgreSQL URL is required"},
+		{"an unknown store setting", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\nuri = \"postgres://db/x\"\n", "store.uri"},
+		{"a password file for SQLite", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\ndriver = \"sqlite\"\npassword_file = \"pw\"\n", "PostgreSQL settings"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := LoadFleetd(writeFile(t, tc.text))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to contain %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("the error shows the password: %v", err)
+			}
+		})
+	}
+}
+
+func TestLoadFleetdStore(t *testing.T) {
+	cases := []struct{ name, text, driver, url, path string }{
+		{"the default is SQLite in data_dir", "", "sqlite", "", filepath.Join("data", "fleetd.db")},
+		{"a SQLite table", "[store]\ndriver = \"sqlite\"\npath = \"x.db\"\n", "sqlite", "", "x.db"},
+		{"a URL string", "store = \"postgres://fleetd@db:5432/fleetd?sslmode=verify-full\"\n", "postgres", "postgres://fleetd@db:5432/fleetd?sslmode=verify-full", ""},
+		{"a table with a URL", "[store]\nurl = \"postgresql://fleetd@db/fleetd\"\npassword_file = \"pw\"\nmax_conns = 8\n", "postgres", "postgresql://fleetd@db/fleetd", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := LoadFleetd(writeFile(t, "pki_dir = \"p\"\ndata_dir = \"data\"\n"+tc.text))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Store.Driver != tc.driver || c.Store.URL != tc.url || c.Store.Path != tc.path {
+				t.Errorf("store = %+v, want driver %q url %q path %q", c.Store, tc.driver, tc.url, tc.path)
 			}
 		})
 	}

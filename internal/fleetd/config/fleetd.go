@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/tomlfile"
 )
 
@@ -22,6 +24,10 @@ type Fleetd struct {
 	// HTTPListen serves /.well-known/nodetrust.json over HTTPS; empty
 	// disables it.
 	HTTPListen string `toml:"http_listen"`
+	// AdvertiseAddresses are the gRPC addresses (host:port) of every
+	// replica of this control plane, named in the well-known document so
+	// that nodes move to another when one is down (docs/ha.md).
+	AdvertiseAddresses []string `toml:"advertise_addresses"`
 	// NodeCertLifetime is the lifetime of node certificates; at most 24h.
 	NodeCertLifetime Duration `toml:"node_cert_lifetime"`
 	// TokenTTL is the default lifetime of join tokens; MaxTokenTTL caps
@@ -42,6 +48,9 @@ type Fleetd struct {
 	Store    Store  `toml:"store"`
 	TPM      TPM    `toml:"tpm"`
 	Limits   Limits `toml:"limits"`
+	// BootPolicy configures measured boot (docs/boot-policy.md).
+	BootPolicy BootPolicy `toml:"boot_policy"`
+	PKCS11     PKCS11     `toml:"pkcs11"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -96,11 +105,98 @@ type Limits struct {
 }
 
 // Store selects the control plane's store.
+
+// BootPolicy configures the boot policies and the verdict log.
+type BootPolicy struct {
+	// Dir is the policy directory: one TOML file per machine class.
+	// Relative to fleetd.toml's folder.
+	Dir string `toml:"dir"`
+	// VerdictLogMaxBytes is the size at which verdicts.jsonl in data_dir
+	// rotates (default 10 MiB, at least 64 KiB); VerdictLogKeep is how
+	// many rotated files are kept (default 5, at most 100).
+	VerdictLogMaxBytes int64 `toml:"verdict_log_max_bytes"`
+	VerdictLogKeep     int   `toml:"verdict_log_keep"`
+}
+
+// PKCS11 says how to reach the PKCS#11 tokens that hold keys of the PKI
+// (docs/pki.md). A key's own URI (its <use>.keyref in pki_dir) may name
+// its module and PIN file instead; the URI wins.
+type PKCS11 struct {
+	// Module is the PKCS#11 library (an absolute path).
+	Module string `toml:"module"`
+	// PINFile holds the token's user PIN (one line, mode 0600); never
+	// the PIN itself in this file or on a command line.
+	PINFile string `toml:"pin_file"`
+}
+
+// Store selects the control plane's store: the embedded SQLite file (the
+// default), or a PostgreSQL database that several replicas share. In
+// fleetd.toml it is either a table ([store] with driver and path, or url)
+// or a string, the PostgreSQL URL alone:
+//
+//	store = "postgres://fleetd@db.example.org:5432/fleetd?sslmode=verify-full"
+//
+// The URL never carries the password: it comes from password_file, or from
+// libpq's PGPASSWORD or PGPASSFILE in fleetd's environment, so it appears
+// in no config and no log line.
 type Store struct {
-	// Driver is "sqlite" (the default).
+	// Driver is "sqlite" (the default) or "postgres" (the default when
+	// URL is set).
 	Driver string `toml:"driver"`
 	// Path is the SQLite file; default <data_dir>/fleetd.db.
 	Path string `toml:"path"`
+	// URL is the PostgreSQL connection URL (postgres://user@host:port/db?…),
+	// without a password.
+	URL string `toml:"url"`
+	// PasswordFile holds the PostgreSQL role's password (one line; mode
+	// 0600 or 0400).
+	PasswordFile string `toml:"password_file"`
+	// MaxConns bounds this replica's connections to PostgreSQL (default 16).
+	MaxConns int `toml:"max_conns"`
+}
+
+// UnmarshalTOML takes the store setting as a PostgreSQL URL string or as a
+// table.
+func (s *Store) UnmarshalTOML(v any) error {
+	switch v := v.(type) {
+	case string:
+		*s = Store{Driver: "postgres", URL: v}
+		return nil
+	case map[string]any:
+		for k, val := range v {
+			var ok bool
+			switch k {
+			case "driver":
+				s.Driver, ok = val.(string)
+			case "path":
+				s.Path, ok = val.(string)
+			case "url":
+				s.URL, ok = val.(string)
+			case "password_file":
+				s.PasswordFile, ok = val.(string)
+			case "max_conns":
+				var n int64
+				n, ok = val.(int64)
+				s.MaxConns = int(n)
+			default:
+				return fmt.Errorf("store: unknown setting store.%s", k)
+			}
+			if !ok {
+				return fmt.Errorf("store.%s: wrong type %T", k, val)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("store: want a PostgreSQL URL or a table, not %T", v)
+}
+
+// String describes the store for the log: the driver and the file or the
+// URL (which carries no password).
+func (s Store) String() string {
+	if s.Driver == "postgres" {
+		return "postgres " + s.URL
+	}
+	return "sqlite " + s.Path
 }
 
 // Limits on node certificate lifetimes (DESIGN.md section 2).
@@ -157,10 +253,19 @@ func (c *Fleetd) applyDefaults() {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.BootPolicy.VerdictLogMaxBytes == 0 {
+		c.BootPolicy.VerdictLogMaxBytes = bootpolicy.DefaultVerdictLogMaxBytes
+	}
+	if c.BootPolicy.VerdictLogKeep == 0 {
+		c.BootPolicy.VerdictLogKeep = bootpolicy.DefaultVerdictLogKeep
+	}
 	if c.Store.Driver == "" {
 		c.Store.Driver = "sqlite"
+		if c.Store.URL != "" {
+			c.Store.Driver = "postgres"
+		}
 	}
-	if c.Store.Path == "" && c.DataDir != "" {
+	if c.Store.Driver == "sqlite" && c.Store.Path == "" && c.DataDir != "" {
 		c.Store.Path = filepath.Join(c.DataDir, "fleetd.db")
 	}
 }
@@ -179,6 +284,11 @@ func (c *Fleetd) Validate() error {
 	if c.HTTPListen != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
 			return fmt.Errorf("http_listen: want host:port: %w", err)
+		}
+	}
+	for _, a := range c.AdvertiseAddresses {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("advertise_addresses: %q: want host:port: %w", a, err)
 		}
 	}
 	if d := c.NodeCertLifetime.Duration; d < MinNodeCertLifetime || d > MaxNodeCertLifetime {
@@ -204,8 +314,46 @@ func (c *Fleetd) Validate() error {
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
-	if c.Store.Driver != "sqlite" {
-		return fmt.Errorf("store.driver: %q is not supported (use \"sqlite\")", c.Store.Driver)
+	if n := c.BootPolicy.VerdictLogMaxBytes; n < bootpolicy.MinVerdictLogMaxBytes {
+		return fmt.Errorf("boot_policy.verdict_log_max_bytes: %d is below %d", n, bootpolicy.MinVerdictLogMaxBytes)
+	}
+	if n := c.BootPolicy.VerdictLogKeep; n < 1 || n > bootpolicy.MaxVerdictLogKeep {
+		return fmt.Errorf("boot_policy.verdict_log_keep: %d is outside 1..%d", n, bootpolicy.MaxVerdictLogKeep)
+	}
+	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
+		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)
+	}
+	return c.Store.validate()
+}
+
+func (s *Store) validate() error {
+	switch s.Driver {
+	case "sqlite":
+		if s.URL != "" || s.PasswordFile != "" {
+			return errors.New("store: url and password_file are PostgreSQL settings; set driver = \"postgres\" or remove them")
+		}
+	case "postgres":
+		u, err := url.Parse(s.URL)
+		switch {
+		case s.URL == "":
+			return errors.New("store.url: the PostgreSQL URL is required with driver = \"postgres\"")
+		case err != nil:
+			return errors.New("store.url: not a URL (want postgres://user@host:port/database)")
+		case u.Scheme != "postgres" && u.Scheme != "postgresql":
+			return fmt.Errorf("store.url: scheme %q: want postgres://user@host:port/database", u.Scheme)
+		}
+		if _, ok := u.User.Password(); ok || u.Query().Has("password") {
+			// Not echoed: the value is a secret.
+			return errors.New("store.url: the URL carries a password; remove it and put it in store.password_file (mode 0600), or in PGPASSWORD or PGPASSFILE in fleetd's environment")
+		}
+		if s.Path != "" {
+			return errors.New("store.path is the SQLite file; with PostgreSQL remove it")
+		}
+		if s.MaxConns < 0 {
+			return fmt.Errorf("store.max_conns: %d must not be negative", s.MaxConns)
+		}
+	default:
+		return fmt.Errorf("store.driver: %q is not supported (use \"sqlite\" or \"postgres\")", s.Driver)
 	}
 	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // callError is a call's failure as its caller sees it: a wire code and a
@@ -39,6 +40,11 @@ func (e *callError) Error() string {
 
 func (e *callError) Unwrap() error { return e.cause }
 
+// storeRetry is the pushback of a call refused because the store could not
+// be reached: long enough not to hammer a database that is coming back,
+// short enough that service resumes soon after it does.
+const storeRetry = 5 * time.Second
+
 // refused is a refusal whose message the caller may read.
 func refused(code codes.Code, format string, args ...any) *callError {
 	return &callError{code: code, msg: fmt.Sprintf(format, args...)}
@@ -60,6 +66,17 @@ func storeFailure(op string, err error) *callError {
 		return refused(codes.AlreadyExists, "%s: conflict", op)
 	}
 	return unavailable("store", op+": the store failed; retry, and see the server log", err, logkey.Op, op)
+}
+
+// signFailure is a failure of op to sign a certificate or an answer.
+// When the key's device is unavailable (a PKCS#11 token that went away),
+// the caller is told so and may retry later; the server's log gets
+// "signing failed" with the token's error.
+func signFailure(op string, err error, attrs ...any) *callError {
+	if errors.Is(err, pki.ErrKeyUnavailable) {
+		return unavailable("signing", op+": the control plane's signing key is unavailable (its PKCS#11 token does not answer); retry later", err, append(attrs, logkey.Op, op)...)
+	}
+	return unavailable(op, op+" failed; retry, and see the server log", err, attrs...)
 }
 
 // classify is the one place an error of a handler becomes what the caller
@@ -86,6 +103,13 @@ func (s *Server) classify(ctx context.Context, err error, attrs ...any) *callErr
 	if ce.cause != nil {
 		s.log.ErrorContext(ctx, ce.op+" failed", append(append(attrs, ce.attrs...), logkey.Error, ce.cause)...)
 	}
+	if ce.pushback == 0 && errors.Is(ce.cause, store.ErrUnavailable) {
+		// The database is away: nothing was decided; the caller waits
+		// and tries again (the node keeps its certificate and session).
+		out := *ce
+		out.pushback = storeRetry
+		return &out
+	}
 	return ce
 }
 
@@ -98,7 +122,7 @@ func (s *Server) wireError(ctx context.Context, err error, attrs ...any) error {
 	}
 	ce := s.classify(ctx, err, attrs...)
 	if ce.pushback > 0 {
-		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(ce.pushback.Milliseconds(), 10)))
+		_ = grpc.SetTrailer(ctx, metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(ceilMillis(ce.pushback), 10)))
 	}
 	return status.Error(ce.code, ce.msg)
 }
@@ -107,7 +131,7 @@ func (s *Server) wireError(ctx context.Context, err error, attrs ...any) error {
 // Error answer the session carries.
 func (s *Server) sessionError(ctx context.Context, err error, attrs ...any) *gatewayv1.Error {
 	ce := s.classify(ctx, err, attrs...)
-	return &gatewayv1.Error{Code: uint32(ce.code), Message: ce.msg, RetryPushbackMs: uint32(ce.pushback.Milliseconds())}
+	return &gatewayv1.Error{Code: uint32(ce.code), Message: ce.msg, RetryPushbackMs: uint32(ceilMillis(ce.pushback))}
 }
 
 // codeOf is the wire code err will be answered with, for metrics.
@@ -142,4 +166,10 @@ func (s *Server) unaryErrors(ctx context.Context, req any, _ *grpc.UnaryServerIn
 // streamErrors answers every stream's error through wireError.
 func (s *Server) streamErrors(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	return s.wireError(ss.Context(), h(srv, ss))
+}
+
+// ceilMillis is d in whole milliseconds, rounded up: a node that waits
+// exactly the pushback it was told must not come back early.
+func ceilMillis(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -73,6 +72,9 @@ func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	if !errors.As(err, &r) {
 		// An internal failure: the caller may retry.
 		j.s.metrics.join(req.Attestor, "failed")
+		if errors.Is(err, pki.ErrKeyUnavailable) {
+			return nil, signFailure("join (request "+reqID+")", err, logkey.RequestID, reqID)
+		}
 		return nil, unavailable("join", "join could not be completed; retry later (request "+reqID+")", err, logkey.RequestID, reqID)
 	}
 	j.s.refusedJoin(ctx, req, r, reqID)
@@ -169,16 +171,8 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 	asked := req.NodeId
 	var pending store.Pending
 	if req.DeferralId != "" {
-		pending, err = s.cfg.Store.GetPending(ctx, req.DeferralId)
-		switch {
-		case errors.Is(err, store.ErrNotFound):
-			return nil, o.deny(reasonDeferral, "unknown deferral")
-		case err != nil:
-			return nil, fmt.Errorf("look up deferral: %w", err)
-		case !bytes.Equal(pending.CSRHash, csrHash) || !bytes.Equal(pending.TokenHash, o.hash):
-			return nil, o.deny(reasonDeferral, "the deferral belongs to another request")
-		case !now.Before(pending.ExpiresAt):
-			return nil, o.deny(reasonDeferral, "the pending join expired at %s", pending.ExpiresAt.UTC().Format(time.RFC3339))
+		if pending, err = j.pendingFor(ctx, req.DeferralId, o, csrHash); err != nil {
+			return nil, err
 		}
 		asked = pending.NodeID
 	}
@@ -208,11 +202,7 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 			return nil, o.deny(reasonDeferral, "the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
 		}
 		if pending.ApprovedAt.IsZero() {
-			return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
-				DeferralId:   pending.ID,
-				RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
-				Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", nodeID, nodeID),
-			}}}, nil
+			return pendingResponse(s, pending), nil
 		}
 	}
 	return j.issue(ctx, issuance{
@@ -220,6 +210,15 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 		role: tok.Role, site: tok.Site, attestor: "token", claims: claims,
 		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
 	})
+}
+
+// pendingResponse tells a join to wait for the owner's approval of p.
+func pendingResponse(s *Server, p store.Pending) *joinv1.JoinResponse {
+	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Pending{Pending: &joinv1.JoinPending{
+		DeferralId:   p.ID,
+		RetryAfterMs: uint32(s.cfg.PendingPoll.Milliseconds()),
+		Message:      fmt.Sprintf("node %s waits for approval: fleetd nodes approve %s", p.NodeID, p.NodeID),
+	}}}
 }
 
 // issuance is everything a successful join decided.
@@ -258,7 +257,13 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for node %s: %w", in.nodeID, err)
 	}
-	serial := serialHex(leaf)
+	// Sign the answer before the join is recorded: a signing key that
+	// fails (a PKCS#11 token gone) then leaves the token unspent.
+	signed, err := s.signResult(in.csrHash, leaf, in.nodeID, in.role, in.site, in.gen)
+	if err != nil {
+		return nil, err
+	}
+	serial := pki.SerialHex(leaf)
 	actor := "ek:" + in.ekPin
 	var tokenHash []byte
 	if in.token != nil {
@@ -287,10 +292,6 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	}
 	if err != nil {
 		return nil, fmt.Errorf("record join of node %s: %w", in.nodeID, err)
-	}
-	signed, err := s.signResult(in.csrHash, leaf, in.nodeID, in.role, in.site, in.gen)
-	if err != nil {
-		return nil, err
 	}
 	s.log.InfoContext(ctx, "node joined", logkey.NodeID, in.nodeID, logkey.Attestor, in.attestor, "actor", actor,
 		logkey.Serial, serial, "reclaim", in.reclaim, logkey.Generation, in.gen, logkey.Peer, peerAddr(ctx))
@@ -448,8 +449,6 @@ func capList(in []string) []string {
 	}
 	return out
 }
-
-func serialHex(c *x509.Certificate) string { return hex.EncodeToString(c.SerialNumber.Bytes()) }
 
 func newRequestID() string { return randomHex(8) }
 

@@ -86,7 +86,7 @@ func (s *Server) checkNodeCert(ctx context.Context, leaf *x509.Certificate) (*au
 	if info.TrustDomain != s.cfg.Authority.TrustDomain {
 		return nil, errUnauthenticated("trust domain " + info.TrustDomain)
 	}
-	serial := serialHex(leaf)
+	serial := pki.SerialHex(leaf)
 	cert, err := s.cfg.Store.GetCert(ctx, serial)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errUnauthenticated("unknown certificate " + serial)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
@@ -54,6 +55,9 @@ type Config struct {
 	// ProbeTimeout is how long an older session of a node may take to
 	// answer a probe before a new process's session replaces it.
 	ProbeTimeout time.Duration
+	// AdvertiseAddresses are the replicas' gRPC addresses the well-known
+	// document names, for nodes to move between.
+	AdvertiseAddresses []string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 	// Limits bound what hostile traffic costs; zero fields take
@@ -63,13 +67,17 @@ type Config struct {
 
 // Server holds the control plane's services.
 type Server struct {
-	cfg        Config
-	metrics    *metrics
-	sessions   *sessions
-	challenges challenges
-	log        *slog.Logger
-	wellKnown  []byte
-	clientCAs  *x509.CertPool
+	cfg       Config
+	metrics   *metrics
+	sessions  *sessions
+	log       *slog.Logger
+	wellKnown []byte
+	clientCAs *x509.CertPool
+	// replica names this process among the replicas that share a store.
+	replica string
+	// probes are the answers awaited from other replicas, by probe id.
+	probeMu sync.Mutex
+	probes  map[string]chan string
 	// logThrottle bounds refusal log lines per reason and source;
 	// auditThrottle refusal audit records per reason and token.
 	logThrottle   *throttle.Limiter
@@ -125,7 +133,7 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	doc, err := WellKnownDocument(cfg.Authority)
+	doc, err := WellKnownDocument(cfg.Authority, cfg.AdvertiseAddresses)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +141,8 @@ func New(cfg Config) (*Server, error) {
 	pool.AddCert(cfg.Authority.ServingCA)
 	pool.AddCert(cfg.Authority.NodeCA)
 	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(),
-		logThrottle: logThrottle, auditThrottle: auditThrottle, methods: map[string]struct{}{}}
+		logThrottle: logThrottle, auditThrottle: auditThrottle, methods: map[string]struct{}{},
+		replica: randomHex(8), probes: map[string]chan string{}}
 	for _, sd := range []grpc.ServiceDesc{joinv1.JoinService_ServiceDesc, adminv1.Admin_ServiceDesc, gatewayv1.Gateway_ServiceDesc} {
 		for _, m := range sd.Methods {
 			s.methods["/"+sd.ServiceName+"/"+m.MethodName] = struct{}{}
@@ -198,6 +207,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	summaries := make(chan struct{})
 	go func() { s.summarizeEvery(sumCtx); close(summaries) }()
 	defer func() { stopSummaries(); <-summaries }()
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() { defer close(watched); s.watchRevocations(watchCtx) }()
+	defer func() { stopWatch(); <-watched }()
 	done := make(chan struct{})
 	go func() {
 		select {

@@ -21,6 +21,10 @@ const maxInstanceID = 64
 type session struct {
 	nodeID   string
 	instance string
+	// generation is the node's identity generation when the session
+	// opened; a revocation reported by another replica ends the session
+	// only if it raised the generation above this.
+	generation uint64
 	// notice receives at most one revocation; the handler sends it to
 	// the node and ends the stream.
 	notice chan *gatewayv1.RevocationNotice
@@ -137,6 +141,25 @@ func (r *sessions) notify(nodeID string, n *gatewayv1.RevocationNotice) bool {
 	return ok
 }
 
+// notifyOlder sends a revocation that raised the node to generation gen to
+// the node's live session here, if it has one of an older generation, and
+// reports whether it did. A revocation heard from another replica (or
+// heard twice) thus never ends the session of a node that joined again
+// since.
+func (r *sessions) notifyOlder(nodeID string, gen uint64, n *gatewayv1.RevocationNotice) bool {
+	r.mu.Lock()
+	sess, ok := r.byNode[nodeID]
+	ok = ok && sess.generation < gen
+	if ok {
+		delete(r.byNode, nodeID)
+	}
+	r.mu.Unlock()
+	if ok {
+		sess.revoke(n)
+	}
+	return ok
+}
+
 // closeAll ends every session on this server (shutdown); their nodes
 // reconnect, to this server when it is back or to another replica.
 func (r *sessions) closeAll() {
@@ -160,6 +183,27 @@ func (r *sessions) closed() <-chan struct{} {
 		r.closing = make(chan struct{})
 	}
 	return r.closing
+}
+
+// get returns the node's live session here, or nil.
+func (r *sessions) get(nodeID string) *session {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.byNode[nodeID]
+}
+
+// drop ends the node's session here if it is the one of instance (taken
+// over on another replica), and reports whether it did.
+func (r *sessions) drop(nodeID, instance string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sess, ok := r.byNode[nodeID]
+	if !ok || sess.instance != instance {
+		return false
+	}
+	delete(r.byNode, nodeID)
+	close(sess.replaced)
+	return true
 }
 
 // count is the number of live sessions.
@@ -192,6 +236,7 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 		return refused(codes.InvalidArgument, "a session starts with Hello naming the process's instance id")
 	}
 	sess := newSession(caller.node.ID, hello.InstanceId)
+	sess.generation = caller.node.Generation
 	defer close(sess.done)
 	if old := s.sessions.add(sess); old != nil {
 		// Another process holds a session for this node. If it still
@@ -205,6 +250,13 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 		s.log.InfoContext(ctx, "session replaced one that no longer answers", logkey.NodeID, sess.nodeID)
 	}
 	defer s.sessions.remove(sess)
+	if notice, err := s.claimAcrossReplicas(ctx, sess); err != nil {
+		return err
+	} else if notice != nil {
+		_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: notice}})
+		return refused(codes.Unauthenticated, "certificate revoked: %s", notice.Reason)
+	}
+	defer s.releaseAcrossReplicas(ctx, sess)
 	s.log.InfoContext(ctx, "session opened", logkey.NodeID, sess.nodeID, logkey.Instance, capClaim(sess.instance), logkey.Peer, peerAddr(ctx))
 
 	if err := stream.Send(&gatewayv1.SessionResponse{Id: first.Id, Body: &gatewayv1.SessionResponse_Welcome{Welcome: &gatewayv1.Welcome{
@@ -247,7 +299,7 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 		case <-shutdown:
 			return refused(codes.Unavailable, "fleetd is shutting down; reconnect")
 		case <-sess.replaced:
-			return refused(codes.Aborted, "replaced by a newer session of the same process")
+			return refused(codes.Aborted, "replaced by a newer session of this node (the same process reconnected, or a new one after this one stopped answering)")
 		case err := <-recvErr:
 			s.log.DebugContext(ctx, "session closed", logkey.NodeID, sess.nodeID, logkey.Error, err)
 			return nil

@@ -6,10 +6,12 @@ import (
 	"crypto"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
@@ -22,13 +24,14 @@ const (
 	// MaxChallengeRounds is the most JoinChallenge rounds one tpm join
 	// gets; a wrong answer in the last is a refusal.
 	MaxChallengeRounds = 3
-	// maxOpenChallenges bounds the challenges held in memory, so
-	// unauthenticated requests cannot grow it without limit.
+	// maxOpenChallenges bounds the challenges held in the store, so
+	// requests cannot grow it without limit.
 	maxOpenChallenges = 65536
 	nonceSize         = 32
 )
 
-// challenge is one open round of a tpm join, held until its answer.
+// challenge is one open round of a tpm join, held in the store until its
+// answer, which may come back to another replica.
 type challenge struct {
 	id       string
 	round    uint32
@@ -40,58 +43,111 @@ type challenge struct {
 	ekPin    string
 	akName   []byte
 	known    *store.Node // the node this EK already belongs to, if any
+	// pendingID is the approved pending join this round proves the TPM
+	// for again, when the token required approval.
+	pendingID string
 }
 
-// challenges holds open rounds by deferral id. A round is taken out when
-// its answer arrives, so an answer cannot be replayed.
-type challenges struct {
-	mu sync.Mutex
-	m  map[string]*challenge
+// challengeState is a round as the store keeps it (store.Challenge.State).
+// The node the EK belongs to is kept by id and read again with the answer.
+type challengeState struct {
+	Round           uint32 `json:"round"`
+	Nonce           []byte `json:"nonce"`
+	Secret          []byte `json:"secret"`
+	CredentialBlob  []byte `json:"credential_blob"`
+	EncryptedSecret []byte `json:"encrypted_secret"`
+	AKNameBound     []byte `json:"ak_name_bound"`
+	CSRHash         []byte `json:"csr_hash"`
+	Evidence        []byte `json:"evidence"` // a joinv1.TpmEvidence
+	EKPin           string `json:"ek_pin"`
+	AKName          []byte `json:"ak_name"`
+	KnownNode       string `json:"known_node,omitempty"`
+	PendingID       string `json:"pending_id,omitempty"`
 }
 
-func (c *challenges) put(ch *challenge, now time.Time) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil {
-		c.m = map[string]*challenge{}
+// putChallenge stores an open round.
+func (s *Server) putChallenge(ctx context.Context, ch *challenge, now time.Time) error {
+	ev, err := proto.Marshal(ch.ev)
+	if err != nil {
+		return fmt.Errorf("encode the challenge's evidence: %w", err)
 	}
-	if len(c.m) >= maxOpenChallenges {
-		for id, old := range c.m {
-			if now.After(old.notAfter) {
-				delete(c.m, id)
-			}
-		}
-		if len(c.m) >= maxOpenChallenges {
-			return false
-		}
+	st := challengeState{
+		Round: ch.round, Nonce: ch.nonce, Secret: ch.cred.Secret, CredentialBlob: ch.cred.CredentialBlob,
+		EncryptedSecret: ch.cred.EncryptedSecret, AKNameBound: ch.cred.AKName,
+		CSRHash: ch.csrHash, Evidence: ev, EKPin: ch.ekPin, AKName: ch.akName, PendingID: ch.pendingID,
 	}
-	c.m[ch.id] = ch
-	return true
+	if ch.known != nil {
+		st.KnownNode = ch.known.ID
+	}
+	b, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode the challenge: %w", err)
+	}
+	err = s.cfg.Store.PutChallenge(ctx, store.Challenge{ID: ch.id, NotAfter: ch.notAfter, State: b}, now, maxOpenChallenges)
+	if errors.Is(err, store.ErrConflict) {
+		return fmt.Errorf("too many open TPM challenges: %w", err)
+	}
+	return err
 }
 
-func (c *challenges) take(id string) *challenge {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := c.m[id]
-	delete(c.m, id)
-	return ch
+// takeChallenge takes the round id out of the store, so its answer cannot
+// be replayed; nil when there is no such round.
+func (s *Server) takeChallenge(ctx context.Context, id string) (*challenge, error) {
+	c, err := s.cfg.Store.TakeChallenge(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up the challenge: %w", err)
+	}
+	var st challengeState
+	if err := json.Unmarshal(c.State, &st); err != nil {
+		return nil, fmt.Errorf("decode challenge %s: %w", id, err)
+	}
+	ev := &joinv1.TpmEvidence{}
+	if err := proto.Unmarshal(st.Evidence, ev); err != nil {
+		return nil, fmt.Errorf("decode challenge %s: %w", id, err)
+	}
+	ch := &challenge{
+		id: c.ID, round: st.Round, notAfter: c.NotAfter, nonce: st.Nonce,
+		cred:    &attest.Challenge{Secret: st.Secret, CredentialBlob: st.CredentialBlob, EncryptedSecret: st.EncryptedSecret, AKName: st.AKNameBound},
+		csrHash: st.CSRHash, ev: ev, ekPin: st.EKPin, akName: st.AKName, pendingID: st.PendingID,
+	}
+	if st.KnownNode != "" {
+		n, err := s.cfg.Store.GetNode(ctx, st.KnownNode)
+		switch {
+		case err == nil && n.EKPin == st.EKPin:
+			ch.known = &n
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return nil, fmt.Errorf("look up node %s of the challenge: %w", st.KnownNode, err)
+		}
+	}
+	return ch, nil
 }
 
 // joinTPM runs the tpm attestor (seed 003, "Attestation and admission"):
 // the first request proves nothing yet and gets a challenge bound to its
 // EK and AK; the answer proves the AK is in that EK's TPM and quotes the
-// boot over a fresh nonce. A known EK reclaims its node without a token;
-// an unknown one needs a token as well.
+// boot over a fresh nonce. A known EK reclaims its node without a token; an
+// unknown one needs a token as well. A token piped with a known EK is
+// spent, and its role and site replace the node's. A token that requires
+// approval makes the proven join wait (JoinPending); once approved, the
+// next request gets a fresh challenge round, so the TPM proves itself and
+// its boot again at the moment the certificate is issued.
 func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
 	if req.DeferralId == "" {
-		return j.tpmRound1(ctx, req, csr, csrHash)
+		return j.tpmRound1(ctx, req, csr, csrHash, "")
 	}
 	s := j.s
-	ch := s.challenges.take(req.DeferralId)
+	ch, err := s.takeChallenge(ctx, req.DeferralId)
+	if err != nil {
+		return nil, err
+	}
+	if ch == nil {
+		return j.tpmPending(ctx, req, csr, csrHash)
+	}
 	now := s.cfg.Now()
 	switch {
-	case ch == nil:
-		return nil, refuse(reasonTPMChallenge, "unknown or already answered challenge")
 	case !now.Before(ch.notAfter):
 		return nil, refuse(reasonTPMChallenge, "challenge round %d expired at %s", ch.round, ch.notAfter.UTC().Format(time.RFC3339))
 	case !bytes.Equal(ch.csrHash, csrHash):
@@ -106,47 +162,135 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 		s.log.WarnContext(ctx, "tpm challenge failed, asking again", "round", ch.round, logkey.EKPin, ch.ekPin, logkey.Reason, err.Error())
 		return j.newRound(ctx, ch, ch.round+1)
 	}
+	return j.tpmProven(ctx, req, ch, csr, csrHash)
+}
 
+// tpmProven decides a tpm join whose TPM answered its challenge.
+func (j *joinService) tpmProven(ctx context.Context, req *joinv1.JoinRequest, ch *challenge, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
 	claims := claimsFrom(req.Claims)
-	akName := ch.akName
-	if ch.known != nil {
-		// The same EK reclaims its node, keeping its role and site.
-		n := ch.known
-		return j.issue(ctx, issuance{
-			nodeID: n.ID, reclaim: true, gen: n.Generation + 1, role: n.Role, site: n.Site,
-			attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: akName,
-			csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
-		})
+	var o *openedToken
+	if len(req.SealedToken) > 0 {
+		var err error
+		if o, err = j.openToken(ctx, req, csrHash); err != nil {
+			return nil, err
+		}
 	}
+	in := issuance{token: o, attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: ch.akName,
+		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion}
+	if ch.known != nil {
+		// The same EK reclaims its node. A token, when one is piped,
+		// is spent and gives the node its role and site.
+		n := ch.known
+		in.nodeID, in.reclaim, in.gen, in.role, in.site = n.ID, true, n.Generation+1, n.Role, n.Site
+		if o != nil {
+			if o.tok.NodeID != "" && o.tok.NodeID != n.ID {
+				return nil, o.deny(reasonTokenScope, "token is for node %q, but EK %s belongs to node %q", o.tok.NodeID, ch.ekPin, n.ID)
+			}
+			in.role, in.site = o.tok.Role, o.tok.Site
+		}
+	} else {
+		if o == nil {
+			return nil, refuse(reasonTPMEvidence, "EK %s belongs to no node, and the join carries no token", ch.ekPin)
+		}
+		asked := req.NodeId
+		if ch.pendingID != "" {
+			// The node id the pending join was approved for.
+			p, err := j.pendingFor(ctx, ch.pendingID, o, csrHash)
+			if err != nil {
+				return nil, err
+			}
+			asked = p.NodeID
+		}
+		nodeID, reclaim, gen, err := j.chooseNode(ctx, o.tok, asked, claims)
+		if err != nil {
+			var r *refusal
+			if errors.As(err, &r) {
+				return nil, o.deny(r.code, "%s", r.reason)
+			}
+			return nil, err
+		}
+		in.nodeID, in.reclaim, in.gen, in.role, in.site = nodeID, reclaim, gen, o.tok.Role, o.tok.Site
+	}
+	if o == nil || !o.tok.RequireApproval {
+		return j.issue(ctx, in)
+	}
+	return j.tpmApproval(ctx, ch, o, in)
+}
+
+// tpmApproval holds a proven tpm join whose token requires approval: the
+// first time it stores the pending join and answers JoinPending; in the
+// round that follows the approval it issues.
+func (j *joinService) tpmApproval(ctx context.Context, ch *challenge, o *openedToken, in issuance) (*joinv1.JoinResponse, error) {
+	s := j.s
+	now := s.cfg.Now()
+	if ch.pendingID == "" {
+		p := store.Pending{
+			ID: randomHex(16), TokenHash: o.hash, TokenID: o.tok.ID, CSRHash: in.csrHash,
+			NodeID: in.nodeID, Role: in.role, Site: in.site, Claims: in.claims,
+			CreatedAt: now, ExpiresAt: o.tok.ExpiresAt,
+		}
+		if err := s.cfg.Store.CreatePending(ctx, p); err != nil {
+			return nil, fmt.Errorf("store pending join of node %s: %w", in.nodeID, err)
+		}
+		s.log.InfoContext(ctx, "join waiting for approval", logkey.NodeID, in.nodeID, logkey.TokenID, o.tok.ID,
+			logkey.Attestor, "tpm", logkey.EKPin, ch.ekPin, logkey.Peer, peerAddr(ctx))
+		return pendingResponse(s, p), nil
+	}
+	p, err := j.pendingFor(ctx, ch.pendingID, o, in.csrHash)
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case p.ApprovedAt.IsZero():
+		return pendingResponse(s, p), nil
+	case p.NodeID != in.nodeID:
+		return nil, o.deny(reasonDeferral, "the pending join was for node %s, it would now be node %s", p.NodeID, in.nodeID)
+	}
+	in.pendingID = p.ID
+	return j.issue(ctx, in)
+}
+
+// tpmPending answers a tpm join that comes back with the id of its pending
+// join: still waiting, or, once approved, a fresh challenge round.
+func (j *joinService) tpmPending(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
 	if len(req.SealedToken) == 0 {
-		return nil, refuse(reasonTPMEvidence, "EK %s belongs to no node, and the join carries no token", ch.ekPin)
+		return nil, refuse(reasonTPMChallenge, "unknown or already answered challenge")
 	}
 	o, err := j.openToken(ctx, req, csrHash)
 	if err != nil {
 		return nil, err
 	}
-	if o.tok.RequireApproval {
-		return nil, o.deny(reasonTokenScope, "tokens that require approval are not taken by the tpm attestor")
-	}
-	nodeID, reclaim, gen, err := j.chooseNode(ctx, o.tok, req.NodeId, claims)
+	p, err := j.pendingFor(ctx, req.DeferralId, o, csrHash)
 	if err != nil {
-		var r *refusal
-		if errors.As(err, &r) {
-			return nil, o.deny(r.code, "%s", r.reason)
-		}
 		return nil, err
 	}
-	return j.issue(ctx, issuance{
-		token: o, nodeID: nodeID, reclaim: reclaim, gen: gen, role: o.tok.Role, site: o.tok.Site,
-		attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: akName,
-		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion,
-	})
+	if p.ApprovedAt.IsZero() {
+		return pendingResponse(j.s, p), nil
+	}
+	return j.tpmRound1(ctx, req, csr, csrHash, p.ID)
+}
+
+// pendingFor returns the pending join id after checking it is the one of
+// this token and CSR and has not expired.
+func (j *joinService) pendingFor(ctx context.Context, id string, o *openedToken, csrHash []byte) (store.Pending, error) {
+	p, err := j.s.cfg.Store.GetPending(ctx, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return p, o.deny(reasonDeferral, "unknown deferral (or a challenge already answered)")
+	case err != nil:
+		return p, fmt.Errorf("look up deferral: %w", err)
+	case !bytes.Equal(p.CSRHash, csrHash) || !bytes.Equal(p.TokenHash, o.hash):
+		return p, o.deny(reasonDeferral, "the deferral belongs to another request")
+	case !j.s.cfg.Now().Before(p.ExpiresAt):
+		return p, o.deny(reasonDeferral, "the pending join expired at %s", p.ExpiresAt.UTC().Format(time.RFC3339))
+	}
+	return p, nil
 }
 
 // tpmRound1 checks the evidence that needs no challenge — the EK, the
 // AK's attributes and its certification of the CSR's key — and answers
 // with round 1.
-func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
+func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte, pendingID string) (*joinv1.JoinResponse, error) {
 	s := j.s
 	ev := req.Tpm
 	if ev == nil {
@@ -195,7 +339,7 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 	if err != nil {
 		return nil, refuse(reasonTPMEvidence, "AK: %v", err)
 	}
-	ch := &challenge{csrHash: csrHash, ev: ev, ekPin: ekPin, akName: akName, known: known}
+	ch := &challenge{csrHash: csrHash, ev: ev, ekPin: ekPin, akName: akName, known: known, pendingID: pendingID}
 	return j.newRound(ctx, ch, 1)
 }
 
@@ -213,8 +357,8 @@ func (j *joinService) newRound(ctx context.Context, prev *challenge, round uint3
 	now := s.cfg.Now()
 	ch := *prev
 	ch.id, ch.round, ch.notAfter, ch.nonce, ch.cred = randomHex(16), round, now.Add(s.cfg.ChallengeTTL), nonce, cred
-	if !s.challenges.put(&ch, now) {
-		return nil, fmt.Errorf("too many open TPM challenges")
+	if err := s.putChallenge(ctx, &ch, now); err != nil {
+		return nil, err
 	}
 	s.log.InfoContext(ctx, "tpm challenge", "round", round, logkey.EKPin, ch.ekPin, "known_node", ch.known != nil, logkey.Peer, peerAddr(ctx))
 	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Challenge{Challenge: &joinv1.JoinChallenge{

@@ -13,8 +13,9 @@ import (
 // WellKnownPath is where the HTTPS listener serves the document.
 const WellKnownPath = "/.well-known/nodetrust.json"
 
-// WellKnownDocument renders the document for an authority.
-func WellKnownDocument(a *pki.Authority) ([]byte, error) {
+// WellKnownDocument renders the document for an authority; servers are the
+// replicas' addresses nodes may use (none: the document names none).
+func WellKnownDocument(a *pki.Authority, servers []string) ([]byte, error) {
 	jwk, err := a.JoinEncryption.Public().MarshalJWK()
 	if err != nil {
 		return nil, fmt.Errorf("well-known document: %w", err)
@@ -28,6 +29,7 @@ func WellKnownDocument(a *pki.Authority) ([]byte, error) {
 		JoinSigningKeyPin:    b.JoinSigningKeyPin.String(),
 		JoinEncryptionKeyPin: b.JoinEncryptionKeyPin.String(),
 		JoinEncryptionJWK:    jwk,
+		Servers:              servers,
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {

@@ -13,6 +13,10 @@ var (
 	// ErrConflict means the write lost a race or would overwrite a record
 	// that must stay unique (a node id taken, a token already used).
 	ErrConflict = errors.New("conflict")
+	// ErrUnavailable means the store could not be reached (a database
+	// server down or a connection lost): nothing was decided, and the same
+	// call may succeed once the store is back.
+	ErrUnavailable = errors.New("store unavailable")
 )
 
 // Node states (seed 003's lifecycle; only active is used by joins today).
@@ -144,6 +148,16 @@ type AuditEvent struct {
 	Detail  string // free text; never a secret
 }
 
+// Challenge is an open round of a tpm join, kept until its answer comes
+// back, to whichever replica it comes. State is the server's record of the
+// round (its nonce, the credential's secret, the evidence it rests on):
+// opaque to the store, secret, and never logged.
+type Challenge struct {
+	ID       string
+	NotAfter time.Time
+	State    []byte
+}
+
 // Store is the control plane's persistent state. Every method is safe for
 // concurrent use.
 type Store interface {
@@ -209,6 +223,15 @@ type Store interface {
 	// nodeID approved by by at now and returns them; ErrNotFound if there
 	// is none.
 	ApprovePending(ctx context.Context, nodeID, by string, now time.Time) ([]Pending, error)
+
+	// PutChallenge stores an open tpm challenge round, after removing the
+	// rounds that expired at now (NotAfter at or before now). It fails
+	// with ErrConflict, storing nothing, when a round with c.ID exists or
+	// when max unexpired rounds are stored already.
+	PutChallenge(ctx context.Context, c Challenge, now time.Time, max int) error
+	// TakeChallenge removes the round id and returns it, expired or not,
+	// so that one answer is taken once; ErrNotFound if there is none.
+	TakeChallenge(ctx context.Context, id string) (Challenge, error)
 
 	// AppendAudit adds an audit event.
 	AppendAudit(ctx context.Context, e AuditEvent) error

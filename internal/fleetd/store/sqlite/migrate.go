@@ -125,6 +125,16 @@ CREATE TABLE node_tombstones (
 	deleted_at INTEGER
 ) STRICT;
 `,
+	// 5: the open rounds of tpm joins, so that an answer may come back to
+	// any replica (PostgreSQL) and a restart keeps them.
+	`
+CREATE TABLE tpm_challenges (
+	id        TEXT PRIMARY KEY,
+	not_after INTEGER,
+	state     BLOB NOT NULL
+) STRICT;
+CREATE INDEX tpm_challenges_not_after ON tpm_challenges (not_after);
+`,
 }
 
 const createMigrationsTable = `

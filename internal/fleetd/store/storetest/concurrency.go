@@ -60,8 +60,8 @@ var concurrencyCases = []testCase{
 			}
 		}
 	}},
-	{"twenty joins racing for one token: exactly one wins", func(t *testing.T, s store.Store) {
-		const n = 20
+	{"fifty joins racing for one token: exactly one wins", func(t *testing.T, s store.Store) {
+		const n = 50
 		mustCreateToken(t, s, newToken("tok1", at(0)))
 		errs := make([]error, n)
 		start := make(chan struct{})

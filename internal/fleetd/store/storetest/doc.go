@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite of store.Store: every
-// implementation (today the embedded SQLite store) runs Run from its own
+// implementation (the embedded SQLite store, the PostgreSQL store) runs Run from its own
 // tests and must pass it unchanged.
 //
 // The suite checks the contracts written on store.Store and, where the
@@ -42,6 +42,10 @@
 //     for another node id or another token hash than the join's (no token
 //     included). It does not check the pending join's expiry; the caller
 //     does.
+//   - A tpm challenge round expires, as a token does, when now reaches its
+//     NotAfter; PutChallenge removes expired rounds before it counts the
+//     open ones against max; TakeChallenge returns a round whether or not
+//     it has expired, if no later PutChallenge removed it.
 //   - ListAudit orders by event Time, newest first, and events of the same
 //     Time latest appended first; a limit below 1 is an error.
 //   - The audit event given to CompleteJoin (Join.Audit), RecordRenewal,

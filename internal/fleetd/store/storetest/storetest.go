@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // Run runs the conformance suite against the stores open returns. Each
@@ -38,7 +39,7 @@ type testCase struct {
 }
 
 // cases are the suite, in the order Run runs them.
-var cases = slices.Concat(tokenCases, joinCases, pendingCases, nodeCases, certCases, revokeCases, generationCases, auditCases, concurrencyCases)
+var cases = slices.Concat(tokenCases, joinCases, pendingCases, nodeCases, certCases, revokeCases, generationCases, challengeCases, auditCases, concurrencyCases)
 
 // t0 is the suite's clock origin. The zone is not UTC on purpose: a store
 // must give back the same instant whatever zone it was written in.
@@ -72,7 +73,7 @@ func newToken(id string, created time.Time) store.Token {
 func newNode(id string, gen uint64, serial string, issued time.Time) store.Node {
 	return store.Node{
 		ID:         id,
-		SPIFFEID:   "spiffe://example.org/node/" + id,
+		SPIFFEID:   pki.NodeSPIFFEID("example.org", id),
 		Role:       "worker",
 		Site:       "site-a",
 		State:      store.StateActive,
