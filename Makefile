@@ -7,7 +7,7 @@ PROTO_DIR := api/proto
 PROTOS := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test deps proto proto-check lint fmt-check vet staticcheck
+.PHONY: all build demo test deps proto proto-check lint fmt-check vet staticcheck race fuzz fuzz-ci
 
 all: build
 
@@ -52,7 +52,27 @@ vet:
 staticcheck:
 	$(GO) run $(STATICCHECK) ./...
 
+# The packages with concurrency (servers, sessions, caches, the store, the
+# helper), run again with the race detector.
+RACE_PKGS := ./callsig ./internal/bcd/agent ./internal/bcd/federation ./internal/bcd/leases \
+	./internal/bcd/localserver ./internal/bcd/tpmhelper ./internal/fleetd/connlimit \
+	./internal/fleetd/service ./internal/fleetd/store/sqlite ./internal/fleetd/throttle
+
+race:
+	CGO_ENABLED=1 $(GO) test -race -count=1 -tags tpmsim $(RACE_PKGS)
+
+# Every fuzz target for FUZZTIME (default 30s each); crashers land in the
+# target's testdata/fuzz folder (scripts/fuzz.sh).
+fuzz:
+	./scripts/fuzz.sh
+
+# What make test runs: every fuzz target for a second.
+fuzz-ci:
+	FUZZTIME=1s ./scripts/fuzz.sh
+
 # The TPM simulator needs cgo and the tpmsim build tag; release builds have
 # neither. One run builds it once for every package.
 test: deps proto-check lint
 	CGO_ENABLED=1 $(GO) test -count=1 -tags tpmsim ./...
+	$(MAKE) --no-print-directory race
+	$(MAKE) --no-print-directory fuzz-ci

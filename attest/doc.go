@@ -24,7 +24,10 @@
 //     values the node reported are the quoted ones.
 //  4. The event log. [ReplayEventLog] replays the node's measurement log
 //     against the quoted PCR values (a quoted PCR without events must hold
-//     its initial value) and summarises its Secure Boot state.
+//     its initial value) and summarises its Secure Boot state;
+//     [EventLog.BootState] reads what the replayed log says of the boot:
+//     Secure Boot and its databases, the authorities that verified each
+//     boot application, and the code measured into PCR 4.
 //  5. The node key. [VerifyCertify] checks the AK's TPM2_Certify of the node
 //     key over sha256(csr) and returns the key, for the caller to compare
 //     with the CSR's.
@@ -43,7 +46,8 @@
 // require the TPM2_Create creation attestation such an AK lacks. Challenges
 // are made with go-tpm's tpm2.CreateCredential instead.
 //
-// Importers: the control plane (internal/fleetd/service). It imports neither package
+// Importers: the control plane (internal/fleetd/service, and
+// internal/fleetd/bootpolicy for boot policy). It imports neither package
 // tpm (the node's side) nor anything that stores or serves. The API is
 // internal to nodetrust and may change.
 package attest

@@ -41,6 +41,9 @@ type EventLog struct {
 	// 7 is among the PCRs given; nil otherwise. A nil SecureBoot means the
 	// state is unknown, never that Secure Boot is off.
 	SecureBoot *gattest.SecurebootState
+
+	// replayed holds the PCRs the log was replayed against.
+	replayed map[int]bool
 }
 
 // ReplayEventLog checks log, the node's TCG measurement log (the binary
@@ -77,6 +80,7 @@ func replayEventLog(log []byte, pcrs map[int][]byte) (*EventLog, error) {
 		return nil, errors.New("no PCR values to replay the log against")
 	}
 	indices := make([]int, 0, len(pcrs))
+	replayed := make(map[int]bool, len(pcrs))
 	for i, v := range pcrs {
 		if i < 0 || i > 23 {
 			return nil, fmt.Errorf("PCR %d: want 0 to 23", i)
@@ -85,6 +89,7 @@ func replayEventLog(log []byte, pcrs map[int][]byte) (*EventLog, error) {
 			return nil, fmt.Errorf("PCR %d value of %d bytes, want %d", i, len(v), sha256.Size)
 		}
 		indices = append(indices, i)
+		replayed[i] = true
 	}
 	slices.Sort(indices)
 	if len(log) > MaxEventLogSize {
@@ -97,7 +102,7 @@ func replayEventLog(log []byte, pcrs map[int][]byte) (*EventLog, error) {
 				return nil, fmt.Errorf("PCR %d has no event in the (empty) log but is not at its initial value", i)
 			}
 		}
-		return &EventLog{}, nil
+		return &EventLog{replayed: replayed}, nil
 	}
 
 	el, err := parseEventLog(log)
@@ -135,7 +140,7 @@ func replayEventLog(log []byte, pcrs map[int][]byte) (*EventLog, error) {
 		}
 	}
 
-	out := &EventLog{Events: events}
+	out := &EventLog{Events: events, replayed: replayed}
 	if pcrs[7] != nil && measured[7] {
 		sb, err := parseSecurebootState(events)
 		if err != nil {

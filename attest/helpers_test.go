@@ -17,6 +17,7 @@ import (
 	"github.com/google/go-tpm/tpm2"
 
 	"github.com/nodetrust/nodetrust/tpm/tpmpub"
+	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
 
 // Helpers that build TPM evidence in software, in exactly the formats a TPM
@@ -229,44 +230,16 @@ type logEvent struct {
 }
 
 // buildEventLog writes a crypto-agile TCG event log (PC Client Platform
-// Firmware Profile, section 10.2) with SHA-256 digests only: the Spec ID
-// event in the SHA-1 format, then TCG_PCR_EVENT2 structures.
-func buildEventLog(events []logEvent) []byte {
-	le := binary.LittleEndian
-	var spec []byte
-	spec = append(spec, []byte("Spec ID Event03\x00")...)
-	spec = le.AppendUint32(spec, 0) // platformClass
-	spec = append(spec, 0, 2, 0, 2) // minor, major, errata, uintnSize
-	spec = le.AppendUint32(spec, 1) // numberOfAlgorithms
-	spec = le.AppendUint16(spec, uint16(tpm2.TPMAlgSHA256))
-	spec = le.AppendUint16(spec, 32)
-	spec = append(spec, 0) // vendorInfoSize
+// Firmware Profile, section 10.2) with SHA-256 digests only, as
+// tpmtest.EventLog does.
+func buildEventLog(events []logEvent) []byte { return tpmLog(events).Bytes() }
 
-	var b []byte
-	b = le.AppendUint32(b, 0)
-	b = le.AppendUint32(b, evNoAction)
-	b = append(b, make([]byte, 20)...)
-	b = le.AppendUint32(b, uint32(len(spec)))
-	b = append(b, spec...)
+func tpmLog(events []logEvent) *tpmtest.EventLog {
+	l := &tpmtest.EventLog{}
 	for _, e := range events {
-		d := e.digest
-		if d == nil {
-			if e.typ == evNoAction {
-				d = make([]byte, 32)
-			} else {
-				s := sha256.Sum256(e.data)
-				d = s[:]
-			}
-		}
-		b = le.AppendUint32(b, uint32(e.pcr))
-		b = le.AppendUint32(b, e.typ)
-		b = le.AppendUint32(b, 1)
-		b = le.AppendUint16(b, uint16(tpm2.TPMAlgSHA256))
-		b = append(b, d...)
-		b = le.AppendUint32(b, uint32(len(e.data)))
-		b = append(b, e.data...)
+		l.Add(tpmtest.Event{PCR: e.pcr, Type: e.typ, Data: e.data, Digest: e.digest})
 	}
-	return b
+	return l
 }
 
 // digestOf is the SHA-256 digest a logEvent extends its PCR with.
@@ -279,19 +252,7 @@ func (e logEvent) digestOf() []byte {
 }
 
 // replayLog computes PCRs 0–7 from events, as a TPM extending them would.
-func replayLog(events []logEvent) map[int][]byte {
-	pcrs := zeroPCRs()
-	for _, e := range events {
-		if e.typ == evNoAction {
-			continue
-		}
-		h := sha256.New()
-		h.Write(pcrs[e.pcr])
-		h.Write(e.digestOf())
-		pcrs[e.pcr] = h.Sum(nil)
-	}
-	return pcrs
-}
+func replayLog(events []logEvent) map[int][]byte { return tpmLog(events).PCRs() }
 
 // sampleEvents is a small boot: the CRTM version in PCR 0, a boot
 // application in PCR 4, separators in PCRs 0, 4 and 7.

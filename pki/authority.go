@@ -18,8 +18,13 @@ type Authority struct {
 	Root        *x509.Certificate
 	NodeCA      *x509.Certificate
 	ServingCA   *x509.Certificate
+	// DevIDCA certifies device keys (LDevIDs); it is a CA of its own
+	// under the root, apart from the node CA.
+	DevIDCA *x509.Certificate
 	// Issuer issues node certificates under NodeCA.
 	Issuer *Issuer
+	// DevIDIssuer issues certificates under DevIDCA.
+	DevIDIssuer *Issuer
 	// ServingCert is the TLS serving certificate with its chain (the
 	// serving CA) and Leaf set.
 	ServingCert    tls.Certificate
@@ -33,20 +38,31 @@ type Authority struct {
 	AdminSigner crypto.Signer
 }
 
-// LoadAuthority reads what [Init] wrote in dir and checks that it belongs
-// together: the node CA and the serving CA are signed by the root, the
+// LoadAuthority reads what [Init] wrote in dir, with every key it needs in
+// a file, as [LoadAuthorityWith] does without a [KeyOpener].
+func LoadAuthority(dir string) (*Authority, error) {
+	return LoadAuthorityWith(dir, nil)
+}
+
+// LoadAuthorityWith reads what [Init] wrote in dir and checks that it belongs
+// together: the node CA, the DevID CA and the serving CA are signed by the root, the
 // serving certificate by the serving CA and followed by it, each key
 // matches its certificate, the JWK is the join encryption key's, and the
 // bundle's three pins are those of the serving CA, the join signing key
 // and the join encryption key. Every error names the file.
 //
-// The admin CA (admin-ca.crt and admin-ca.key) is read when present; it
-// must be signed by the root and match its key.
+// The admin CA (admin-ca.crt and admin-ca.key, always a file) is read when
+// present; it must be signed by the root and match its key.
 //
-// It does not read root-ca.key, serving-ca.key or the admin credential,
-// which a running control plane does not need; they may be kept offline.
-// It does not check validity periods: TLS and chain verification do.
-func LoadAuthority(dir string) (*Authority, error) {
+// A key named by a reference file (<use>.keyref) rather than a key file is
+// opened with open; a nil open refuses it. The keys it opens are the node
+// CA's, the DevID CA's, the serving key and the join signing key.
+//
+// It does not read the root CA's or the serving CA's key, or the admin
+// credential, which a running control plane does not need; they may be
+// kept offline. It does not check validity periods: TLS and chain
+// verification do.
+func LoadAuthorityWith(dir string, open KeyOpener) (*Authority, error) {
 	a := new(Authority)
 	var err error
 	fail := func(name string, err error) (*Authority, error) {
@@ -74,12 +90,26 @@ func LoadAuthority(dir string) (*Authority, error) {
 	if err := a.NodeCA.CheckSignatureFrom(a.Root); err != nil {
 		return fail(NodeCACertFile, fmt.Errorf("not signed by %s: %w", RootCACertFile, err))
 	}
-	nodeKey, err := ReadPrivateKey(Path(dir, NodeCAKeyFile))
+	nodeKey, err := openKey(dir, KeyNodeCA, open)
 	if err != nil {
 		return nil, fmt.Errorf("load pki: %w", err)
 	}
 	if a.Issuer, err = NewIssuer(a.NodeCA, nodeKey, []*x509.Certificate{a.NodeCA}, a.TrustDomain); err != nil {
 		return fail(NodeCAKeyFile, err)
+	}
+
+	if a.DevIDCA, err = readOneCert(dir, DevIDCACertFile); err != nil {
+		return nil, err
+	}
+	if err := a.DevIDCA.CheckSignatureFrom(a.Root); err != nil {
+		return fail(DevIDCACertFile, fmt.Errorf("not signed by %s: %w", RootCACertFile, err))
+	}
+	devIDKey, err := openKey(dir, KeyDevIDCA, open)
+	if err != nil {
+		return nil, fmt.Errorf("load pki: %w", err)
+	}
+	if a.DevIDIssuer, err = NewIssuer(a.DevIDCA, devIDKey, []*x509.Certificate{a.DevIDCA}, a.TrustDomain); err != nil {
+		return fail(DevIDCAKeyFile, err)
 	}
 
 	if a.ServingCA, err = readOneCert(dir, ServingCACertFile); err != nil {
@@ -102,7 +132,7 @@ func LoadAuthority(dir string) (*Authority, error) {
 	if err := chain[0].CheckSignatureFrom(a.ServingCA); err != nil {
 		return fail(ServingCertFile, fmt.Errorf("not signed by %s: %w", ServingCACertFile, err))
 	}
-	servingKey, err := ReadPrivateKey(Path(dir, ServingKeyFile))
+	servingKey, err := openKey(dir, KeyServing, open)
 	if err != nil {
 		return nil, fmt.Errorf("load pki: %w", err)
 	}
@@ -114,7 +144,7 @@ func LoadAuthority(dir string) (*Authority, error) {
 		a.ServingCert.Certificate = append(a.ServingCert.Certificate, c.Raw)
 	}
 
-	if a.JoinSigner, err = ReadPrivateKey(Path(dir, JoinSigningKeyFile)); err != nil {
+	if a.JoinSigner, err = openKey(dir, KeyJoinSigning, open); err != nil {
 		return nil, fmt.Errorf("load pki: %w", err)
 	}
 	if !isP256(a.JoinSigner.Public()) {

@@ -79,7 +79,9 @@ func TestLoadAuthorityRefusesMismatches(t *testing.T) {
 		{"another serving key is refused", fromOther(ServingKeyFile), ServingKeyFile, "key does not match serving.crt"},
 		{"another serving certificate is refused", fromOther(ServingCertFile), ServingCertFile, "followed by serving-ca.crt"},
 		{"another bundle is refused", fromOther(BundleFile), ServingCACertFile, "is not serving_ca_spki_pin"},
-		{"a missing node CA key is named", remove(NodeCAKeyFile), NodeCAKeyFile, "no such file"},
+		{"a missing node CA key is named", remove(NodeCAKeyFile), NodeCAKeyFile, "are missing: no key"},
+		{"another DevID CA is refused", fromOther(DevIDCACertFile), DevIDCACertFile, "not signed by root-ca.crt"},
+		{"another DevID CA key is refused", fromOther(DevIDCAKeyFile), DevIDCAKeyFile, "key does not match CA certificate"},
 		{"a missing bundle is named", remove(BundleFile), BundleFile, "no such file"},
 	}
 	for _, tt := range tests {

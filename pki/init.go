@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -22,6 +23,8 @@ const (
 	RootCAKeyFile         = "root-ca.key"
 	NodeCACertFile        = "node-ca.crt"
 	NodeCAKeyFile         = "node-ca.key"
+	DevIDCACertFile       = "devid-ca.crt"
+	DevIDCAKeyFile        = "devid-ca.key"
 	ServingCACertFile     = "serving-ca.crt"
 	ServingCAKeyFile      = "serving-ca.key"
 	ServingCertFile       = "serving.crt"
@@ -37,17 +40,20 @@ const (
 	BundleFile            = "pki-bundle.json"
 )
 
-// InitFiles lists every file [Init] writes, in the order it writes them;
-// BundleFile comes last, so its presence marks a complete directory.
+// InitFiles lists every file [Init] writes when every key is a file, in
+// the order it writes them; BundleFile comes last, so its presence marks a
+// complete directory. A key made by one of [InitOptions.ExternalKeys] has
+// its [KeyUse.RefFile] in place of its key file.
 var InitFiles = []string{
-	RootCACertFile, RootCAKeyFile,
-	NodeCACertFile, NodeCAKeyFile,
-	ServingCACertFile, ServingCAKeyFile,
-	ServingCertFile, ServingKeyFile,
+	RootCAKeyFile, RootCACertFile,
+	NodeCAKeyFile, NodeCACertFile,
+	DevIDCAKeyFile, DevIDCACertFile,
+	ServingCAKeyFile, ServingCACertFile,
+	ServingKeyFile, ServingCertFile,
 	JoinSigningKeyFile,
 	JoinEncryptionKeyFile, JoinEncryptionJWKFile,
 	AdminCACertFile, AdminCAKeyFile,
-	OwnerCertFile, OwnerKeyFile,
+	OwnerKeyFile, OwnerCertFile,
 	BundleFile,
 }
 
@@ -89,6 +95,10 @@ type InitOptions struct {
 	// Now is the issuing time; zero means time.Now(). Certificates are
 	// valid from 5 minutes before it, to absorb clock skew.
 	Now time.Time
+	// ExternalKeys makes the keys of the uses it names outside a file (in
+	// a PKCS#11 token, say); Init writes their references instead of key
+	// files. Every other key is a PKCS#8 file.
+	ExternalKeys map[KeyUse]KeyGenerator
 }
 
 // initFile is one file Init writes.
@@ -100,19 +110,22 @@ type initFile struct {
 
 // Init creates the control plane's PKI in dir, creating dir (mode 0700)
 // when it is missing: a root CA (10 years), a node-issuing CA (5 years,
-// path length 0), a serving CA (5 years, path length 0), a serving
+// path length 0), a DevID CA for device identities (5 years, path length
+// 0), a serving CA (5 years, path length 0), a serving
 // certificate for ServerName, "localhost" and ServerIPs (1 year, chain
 // included), the JoinService signing key (P-256), the join encryption key
-// and its JWK, an admin CA (5 years, path length 0), the owner admin
-// credential (a client certificate from the admin CA for
-// spiffe://<td>/admin/owner with role owner, 1 year), and pki-bundle.json
-// with the three pins. Private keys are PKCS#8 PEM, mode 0600; the other
-// files are mode 0644.
+// and its JWK, an admin CA (5 years, path length 0; its key always a
+// file), the owner admin credential (a client certificate from the admin CA
+// for spiffe://<td>/admin/owner with role owner, 1 year), and pki-bundle.json
+// with the three pins. Private keys are PKCS#8 PEM, mode 0600, except
+// those [InitOptions.ExternalKeys] makes, whose references are written to
+// <use>.keyref; the other files are mode 0644.
 //
 // Init refuses with an error wrapping [ErrExists], naming the file, when
-// any of its files exists; it checks all of them before it writes any, and
-// creates each with O_EXCL. If a write fails, Init removes the files it
-// wrote.
+// any of its files (or a reference file) exists; it checks all of them
+// before it makes any key, and creates each with O_EXCL. If it fails after
+// making keys, Init removes the files it wrote and discards the external
+// keys it made.
 func Init(dir string, o InitOptions) (*Bundle, error) {
 	if err := ValidTrustDomain(o.TrustDomain); err != nil {
 		return nil, fmt.Errorf("init pki: %w", err)
@@ -137,18 +150,40 @@ func Init(dir string, o InitOptions) (*Bundle, error) {
 	if o.Now.IsZero() {
 		o.Now = time.Now()
 	}
+	for use := range o.ExternalKeys {
+		if _, err := ParseKeyUse(string(use)); err != nil {
+			return nil, fmt.Errorf("init pki: external keys: %w", err)
+		}
+	}
 	if err := checkInitDir(dir); err != nil {
 		return nil, err
 	}
-	files, bundle, err := makeInitFiles(o)
+	files, external, bundle, err := makeInitFiles(o)
+	discard := func() {
+		for _, k := range external {
+			if k.Discard != nil {
+				_ = k.Discard()
+			}
+		}
+	}
 	if err != nil {
+		discard()
 		return nil, fmt.Errorf("init pki: %w", err)
 	}
+	if err := writeInitFiles(dir, files); err != nil {
+		discard()
+		return nil, err
+	}
+	return bundle, nil
+}
+
+// writeInitFiles writes Init's files into dir, or none of them.
+func writeInitFiles(dir string, files []initFile) error {
 	if err := os.MkdirAll(dir, dirMode); err != nil {
-		return nil, fmt.Errorf("init pki: create directory: %w", err)
+		return fmt.Errorf("init pki: create directory: %w", err)
 	}
 	if err := os.Mkdir(Path(dir, AdminDir), dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
-		return nil, fmt.Errorf("init pki: create directory: %w", err)
+		return fmt.Errorf("init pki: create directory: %w", err)
 	}
 	var written []string
 	for _, f := range files {
@@ -158,16 +193,19 @@ func Init(dir string, o InitOptions) (*Bundle, error) {
 				os.Remove(w)
 			}
 			if errors.Is(err, fs.ErrExist) {
-				return nil, fmt.Errorf("init pki: %s: %w; choose another --dir or remove it", p, ErrExists)
+				return fmt.Errorf("init pki: %s: %w; choose another --dir or remove it", p, ErrExists)
 			}
-			return nil, fmt.Errorf("init pki: write %s: %w", f.name, err)
+			return fmt.Errorf("init pki: write %s: %w", f.name, err)
 		}
 		written = append(written, p)
 	}
 	if err := syncDir(dir); err != nil {
-		return nil, fmt.Errorf("init pki: %w", err)
+		for _, w := range written {
+			os.Remove(w)
+		}
+		return fmt.Errorf("init pki: %w", err)
 	}
-	return bundle, nil
+	return nil
 }
 
 // checkInitDir refuses when dir is not a directory or any Init file exists.
@@ -181,7 +219,11 @@ func checkInitDir(dir string) error {
 	case !st.IsDir():
 		return fmt.Errorf("init pki: %s is not a directory", dir)
 	}
-	for _, name := range InitFiles {
+	names := slices.Clone(InitFiles)
+	for _, u := range KeyUses {
+		names = append(names, u.RefFile())
+	}
+	for _, name := range names {
 		p := Path(dir, name)
 		_, err := os.Lstat(p)
 		if err == nil {
@@ -194,12 +236,48 @@ func checkInitDir(dir string) error {
 	return nil
 }
 
-// makeInitFiles makes every key and certificate in memory.
-func makeInitFiles(o InitOptions) ([]initFile, *Bundle, error) {
+// makeInitFiles makes every key and certificate in memory, and the keys
+// of o.ExternalKeys where they live. It returns the external keys it made
+// even when it fails, so that Init can discard them.
+func makeInitFiles(o InitOptions) (files []initFile, external []*ExternalKey, bundle *Bundle, err error) {
 	td := o.TrustDomain
 	notBefore := o.Now.Add(-initBackdate)
-	var files []initFile
-	addKey := func(name string, key crypto.Signer) error {
+	addCerts := func(name string, certs ...*x509.Certificate) {
+		files = append(files, initFile{name, EncodeCertsPEM(certs...), PublicFileMode})
+	}
+	// newKey makes the key of use: in its generator, or as a file.
+	newKey := func(use KeyUse) (crypto.Signer, error) {
+		if gen := o.ExternalKeys[use]; gen != nil {
+			k, err := gen(use)
+			if err != nil {
+				return nil, fmt.Errorf("%s key: %w", use.Description(), err)
+			}
+			if k == nil || k.Signer == nil {
+				return nil, fmt.Errorf("%s key: the generator returned no key", use.Description())
+			}
+			external = append(external, k)
+			if !isP256(k.Signer.Public()) {
+				return nil, fmt.Errorf("%s key: key is %T, want ECDSA P-256", use.Description(), k.Signer.Public())
+			}
+			if err := checkKeyRef(k.Ref); err != nil {
+				return nil, fmt.Errorf("%s key: %w", use.Description(), err)
+			}
+			files = append(files, initFile{use.RefFile(), []byte(k.Ref + "\n"), PublicFileMode})
+			return k.Signer, nil
+		}
+		k, err := GenerateKey()
+		if err != nil {
+			return nil, err
+		}
+		b, err := MarshalPrivateKeyPEM(k)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", use.KeyFile(), err)
+		}
+		files = append(files, initFile{use.KeyFile(), b, PrivateKeyMode})
+		return k, nil
+	}
+	// addFileKey adds a key that is always a file (the owner's).
+	addFileKey := func(name string, key crypto.Signer) error {
 		b, err := MarshalPrivateKeyPEM(key)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -207,13 +285,10 @@ func makeInitFiles(o InitOptions) ([]initFile, *Bundle, error) {
 		files = append(files, initFile{name, b, PrivateKeyMode})
 		return nil
 	}
-	addCerts := func(name string, certs ...*x509.Certificate) {
-		files = append(files, initFile{name, EncodeCertsPEM(certs...), PublicFileMode})
-	}
 
-	rootKey, err := GenerateKey()
+	rootKey, err := newKey(KeyRootCA)
 	if err != nil {
-		return nil, nil, err
+		return nil, external, nil, err
 	}
 	root, err := createCert(&x509.Certificate{
 		Subject:               pkix.Name{CommonName: initCertSubjectLabel + " root CA", Organization: []string{td}},
@@ -225,36 +300,45 @@ func makeInitFiles(o InitOptions) ([]initFile, *Bundle, error) {
 		MaxPathLen:            1,
 	}, nil, rootKey.Public(), rootKey)
 	if err != nil {
-		return nil, nil, fmt.Errorf("root CA: %w", err)
+		return nil, external, nil, fmt.Errorf("root CA: %w", err)
 	}
 	addCerts(RootCACertFile, root)
-	if err := addKey(RootCAKeyFile, rootKey); err != nil {
-		return nil, nil, err
+
+	subCA := func(use KeyUse, certFile string) (*x509.Certificate, crypto.Signer, error) {
+		key, err := newKey(use)
+		if err != nil {
+			return nil, nil, err
+		}
+		label := use.Description()
+		c, err := createCert(&x509.Certificate{
+			Subject:               pkix.Name{CommonName: initCertSubjectLabel + " " + label, Organization: []string{td}},
+			NotBefore:             notBefore,
+			NotAfter:              o.Now.AddDate(caLifetimeYears, 0, 0),
+			KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign,
+			BasicConstraintsValid: true,
+			IsCA:                  true,
+			MaxPathLenZero:        true,
+		}, root, key.Public(), rootKey)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%s: %w", label, err)
+		}
+		addCerts(certFile, c)
+		return c, key, nil
+	}
+	if _, _, err := subCA(KeyNodeCA, NodeCACertFile); err != nil {
+		return nil, external, nil, err
+	}
+	if _, _, err := subCA(KeyDevIDCA, DevIDCACertFile); err != nil {
+		return nil, external, nil, err
+	}
+	servingCA, servingCAKey, err := subCA(KeyServingCA, ServingCACertFile)
+	if err != nil {
+		return nil, external, nil, err
 	}
 
-	subCA := func(label string) (*x509.Certificate, crypto.Signer, error) {
-		return makeSubCA(root, rootKey, label, td, o.Now)
-	}
-	nodeCA, nodeKey, err := subCA("node CA")
+	servingKey, err := newKey(KeyServing)
 	if err != nil {
-		return nil, nil, err
-	}
-	addCerts(NodeCACertFile, nodeCA)
-	if err := addKey(NodeCAKeyFile, nodeKey); err != nil {
-		return nil, nil, err
-	}
-	servingCA, servingCAKey, err := subCA("serving CA")
-	if err != nil {
-		return nil, nil, err
-	}
-	addCerts(ServingCACertFile, servingCA)
-	if err := addKey(ServingCAKeyFile, servingCAKey); err != nil {
-		return nil, nil, err
-	}
-
-	servingKey, err := GenerateKey()
-	if err != nil {
-		return nil, nil, err
+		return nil, external, nil, err
 	}
 	dns := []string{o.ServerName}
 	if o.ServerName != defaultServerName {
@@ -271,66 +355,60 @@ func makeInitFiles(o InitOptions) ([]initFile, *Bundle, error) {
 		IPAddresses:           o.ServerIPs,
 	}, servingCA, servingKey.Public(), servingCAKey)
 	if err != nil {
-		return nil, nil, fmt.Errorf("serving certificate: %w", err)
+		return nil, external, nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	addCerts(ServingCertFile, serving, servingCA)
-	if err := addKey(ServingKeyFile, servingKey); err != nil {
-		return nil, nil, err
-	}
 
-	joinKey, err := GenerateKey()
+	joinKey, err := newKey(KeyJoinSigning)
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := addKey(JoinSigningKeyFile, joinKey); err != nil {
-		return nil, nil, err
+		return nil, external, nil, err
 	}
 	joinSigningPin, err := PinOf(joinKey.Public())
 	if err != nil {
-		return nil, nil, err
+		return nil, external, nil, err
 	}
 
 	enc, err := GenerateJoinEncryptionKey(o.KEM)
 	if err != nil {
-		return nil, nil, err
+		return nil, external, nil, err
 	}
 	encPEM, err := enc.MarshalPEM()
 	if err != nil {
-		return nil, nil, err
+		return nil, external, nil, err
 	}
 	jwk, err := enc.Public().MarshalJWK()
 	if err != nil {
-		return nil, nil, err
+		return nil, external, nil, err
 	}
 	files = append(files,
 		initFile{JoinEncryptionKeyFile, encPEM, PrivateKeyMode},
 		initFile{JoinEncryptionJWKFile, append(jwk, '\n'), PublicFileMode})
 
-	adminCA, adminCAKey, err := subCA("admin CA")
+	adminCA, adminCAKey, err := makeSubCA(root, rootKey, "admin CA", td, o.Now)
 	if err != nil {
-		return nil, nil, err
+		return nil, external, nil, err
 	}
 	addCerts(AdminCACertFile, adminCA)
-	if err := addKey(AdminCAKeyFile, adminCAKey); err != nil {
-		return nil, nil, err
+	if err := addFileKey(AdminCAKeyFile, adminCAKey); err != nil {
+		return nil, external, nil, err
 	}
 	ownerKey, err := GenerateKey()
 	if err != nil {
-		return nil, nil, err
+		return nil, external, nil, err
 	}
 	owner, err := IssueAdminCert(adminCA, adminCAKey, AdminCertRequest{
 		PublicKey: ownerKey.Public(), TrustDomain: td, Name: OwnerName, Role: OwnerRole,
 		NotBefore: notBefore, NotAfter: o.Now.AddDate(leafLifetimeYears, 0, 0),
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("owner credential: %w", err)
+		return nil, external, nil, fmt.Errorf("owner credential: %w", err)
+	}
+	if err := addFileKey(OwnerKeyFile, ownerKey); err != nil {
+		return nil, external, nil, err
 	}
 	addCerts(OwnerCertFile, owner, adminCA)
-	if err := addKey(OwnerKeyFile, ownerKey); err != nil {
-		return nil, nil, err
-	}
 
-	bundle := &Bundle{
+	bundle = &Bundle{
 		TrustDomain:          td,
 		ServerName:           o.ServerName,
 		ServingCASPKIPin:     PinOfCert(servingCA),
@@ -339,10 +417,10 @@ func makeInitFiles(o InitOptions) ([]initFile, *Bundle, error) {
 	}
 	b, err := json.MarshalIndent(bundle, "", "  ")
 	if err != nil {
-		return nil, nil, fmt.Errorf("bundle: %w", err)
+		return nil, external, nil, fmt.Errorf("bundle: %w", err)
 	}
 	files = append(files, initFile{BundleFile, append(b, '\n'), PublicFileMode})
-	return files, bundle, nil
+	return files, external, bundle, nil
 }
 
 // createCert signs tmpl with a random serial; a nil parent self-signs.

@@ -31,6 +31,7 @@ func TestInitWritesAllFiles(t *testing.T) {
 	want := map[string]fs.FileMode{
 		RootCACertFile: 0o644, RootCAKeyFile: 0o600,
 		NodeCACertFile: 0o644, NodeCAKeyFile: 0o600,
+		DevIDCACertFile: 0o644, DevIDCAKeyFile: 0o600,
 		ServingCACertFile: 0o644, ServingCAKeyFile: 0o600,
 		ServingCertFile: 0o644, ServingKeyFile: 0o600,
 		JoinSigningKeyFile:    0o600,
@@ -137,6 +138,20 @@ func TestInitCertificates(t *testing.T) {
 		leaf := issueLeaf(t, a.Issuer, mustKey(t), "n1", "worker", "", nil)
 		verify(t, leaf, a.NodeCA, x509.ExtKeyUsageClientAuth, "")
 	})
+	t.Run("the DevID CA is a CA of its own under the root, apart from the node CA", func(t *testing.T) {
+		d := a.DevIDCA
+		if !d.IsCA || d.MaxPathLen != 0 || !d.MaxPathLenZero || d.Subject.CommonName != "nodetrust DevID CA" {
+			t.Errorf("DevID CA: IsCA %v MaxPathLen %d subject %v", d.IsCA, d.MaxPathLen, d.Subject)
+		}
+		if publicKeysEqual(d.PublicKey, a.NodeCA.PublicKey) {
+			t.Error("the DevID CA shares the node CA's key")
+		}
+		leaf := issueLeaf(t, a.DevIDIssuer, mustKey(t), "n1", "worker", "", nil)
+		verify(t, leaf, a.DevIDCA, x509.ExtKeyUsageClientAuth, "")
+		if err := leaf.CheckSignatureFrom(a.NodeCA); err == nil {
+			t.Error("a DevID certificate verifies under the node CA")
+		}
+	})
 	t.Run("the bundle pins the serving CA and the join keys", func(t *testing.T) {
 		if a.Bundle.ServingCASPKIPin != PinOfCert(a.ServingCA) {
 			t.Error("serving CA pin")
@@ -185,7 +200,7 @@ func TestInitRefusesExistingFiles(t *testing.T) {
 		}
 		before := snapshot(t, dir)
 		_, err := Init(dir, InitOptions{TrustDomain: testTD, Now: testNow})
-		wantErr(t, err, ErrExists, Path(dir, RootCACertFile)+": pki file already exists; choose another --dir or remove it")
+		wantErr(t, err, ErrExists, Path(dir, RootCAKeyFile)+": pki file already exists; choose another --dir or remove it")
 		after := snapshot(t, dir)
 		if len(before) != len(after) {
 			t.Fatalf("%d entries before, %d after", len(before), len(after))

@@ -4,9 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages: protoc for the generated-code check.
-packages=(protobuf-compiler)
-commands=(protoc)
+# Debian packages: protoc for the generated-code check; SoftHSM2 for the
+# PKCS#11 tests (fleetd's keys in a token).
+packages=(protobuf-compiler softhsm2)
+commands=(protoc softhsm2-util)
 
 missing=()
 for i in "${!packages[@]}"; do

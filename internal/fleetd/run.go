@@ -18,7 +18,9 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
+	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
+	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -47,9 +49,21 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
-	auth, err := pki.LoadAuthority(cfg.Resolve(cfg.PKIDir))
+	pkiDir := cfg.Resolve(cfg.PKIDir)
+	keys := pkcs11key.New(pkcs11key.Config{
+		Module:   cfg.PKCS11.Module,
+		PINFile:  cfg.Resolve(cfg.PKCS11.PINFile),
+		OnChange: func(ev pkcs11key.Event) { logTokenChange(log, ev) },
+	})
+	defer keys.Close()
+	auth, err := pki.LoadAuthorityWith(pkiDir, keys.Open)
 	if err != nil {
 		return fmt.Errorf("load PKI: %w", err)
+	}
+	if locs, err := pki.LocateKeys(pkiDir); err == nil {
+		for _, l := range locs {
+			log.InfoContext(ctx, "PKI key", logkey.Key, string(l.Use), logkey.KeyWhere, l.Where())
+		}
 	}
 	dataDir := cfg.Resolve(cfg.DataDir)
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
@@ -65,6 +79,10 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	limits, err := connectionLimits(cfg, openFileLimit(), log)
+	if err != nil {
+		return err
+	}
 	var source inventory.Source = inventory.StoreSource{Store: st}
 	if cfg.Inventory.Source == "netbox" {
 		if source, err = netboxSource(cfg); err != nil {
@@ -72,6 +90,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	srv, err := service.New(service.Config{
+		Limits:           limits,
 		EKVerifier:       ekVerifier,
 		ChallengeTTL:     cfg.TPM.ChallengeTTL.Duration,
 		Authority:        auth,
@@ -111,11 +130,22 @@ func Run(ctx context.Context, o Options) error {
 			ln.Close()
 			return fmt.Errorf("listen on %s (http_listen): %w", cfg.HTTPListen, err)
 		}
+		lim, err := srv.LimitListener(raw, "https")
+		if err != nil {
+			raw.Close()
+			ln.Close()
+			return err
+		}
 		tc := srv.TLSConfig()
 		tc.ClientAuth = tls.NoClientCert
 		tc.NextProtos = []string{"h2", "http/1.1"}
-		httpLn = tls.NewListener(raw, tc)
-		httpSrv = &http.Server{Handler: srv.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+		httpLn = tls.NewListener(lim, tc)
+		httpSrv = &http.Server{
+			Handler: srv.HTTPHandler(), ConnState: lim.ConnState, MaxHeaderBytes: 16 << 10,
+			// The TLS handshake and the request's headers must arrive
+			// within the handshake timeout; an idle connection closes.
+			ReadHeaderTimeout: limits.HandshakeTimeout, IdleTimeout: limits.IdleTimeout,
+		}
 	}
 
 	serveCtx, stop := context.WithCancel(ctx)
@@ -160,6 +190,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log.Info("fleetd stopped")
 	return firstErr
+}
+
+// logTokenChange says, once per change, that a PKCS#11 token stopped
+// answering or answers again.
+func logTokenChange(log *slog.Logger, ev pkcs11key.Event) {
+	if ev.Available {
+		log.Warn("PKCS#11 token answers again: joins and renewals are signed again", logkey.PKCS11Token, ev.Token, logkey.PKCS11Module, ev.Module)
+		return
+	}
+	log.Error("PKCS#11 token unavailable: joins and renewals fail with UNAVAILABLE until it returns; reconnect or restore the token, fleetd reconnects by itself",
+		logkey.PKCS11Token, ev.Token, logkey.PKCS11Module, ev.Module, logkey.Error, ev.Err)
 }
 
 // ekVerifier builds the EK certificate verifier from tpm.ek_roots, or nil
@@ -212,4 +253,52 @@ func netboxSource(cfg *config.Fleetd) (inventory.Source, error) {
 		return nil, fmt.Errorf("inventory.netbox: %w", err)
 	}
 	return src, nil
+}
+
+// fdReserve is the open files fleetd keeps apart from its listeners' share
+// of the open-file limit: the store, logs, the listeners themselves.
+const fdReserve = 256
+
+// connectionLimits turns [limits] into the server's limits, checked
+// against the open-file limit nofile (0: unknown): the two listeners'
+// connections and fdReserve must fit. A max_connections left unset is
+// lowered to fit; one that was set and does not fit is an error.
+func connectionLimits(cfg *config.Fleetd, nofile uint64, log *slog.Logger) (service.Limits, error) {
+	c := cfg.Limits
+	l := service.Limits{
+		MaxConns: c.MaxConnections, MaxConnsPerSource: c.MaxConnectionsPerSource, MaxHandshakes: c.MaxHandshakes,
+		HTTPMaxConns: c.HTTPMaxConnections, HandshakeTimeout: c.HandshakeTimeout.Duration, IdleTimeout: c.IdleTimeout.Duration,
+		KeepaliveTime: c.KeepaliveTime.Duration, KeepaliveTimeout: c.KeepaliveTimeout.Duration,
+		RefusalLogBurst: c.RefusalLogBurst, RefusalLogWindow: c.RefusalLogWindow.Duration, RefusalAuditWindow: c.RefusalAuditWindow.Duration,
+	}
+	d := service.DefaultLimits
+	if l.MaxConns == 0 {
+		l.MaxConns = d.MaxConns
+	}
+	if l.HTTPMaxConns == 0 {
+		l.HTTPMaxConns = d.HTTPMaxConns
+	}
+	l.HTTPMaxConns = min(l.HTTPMaxConns, l.MaxConns)
+	httpShare := 0
+	if cfg.HTTPListen != "" {
+		httpShare = l.HTTPMaxConns
+	}
+	if nofile == 0 || uint64(l.MaxConns+httpShare+fdReserve) <= nofile {
+		return l, nil
+	}
+	if c.MaxConnections != 0 {
+		return l, fmt.Errorf("limits.max_connections: %d connections (and %d HTTPS, %d reserved) do not fit the open-file limit of %d: raise it (LimitNOFILE= in the systemd unit, ulimit -n) or lower max_connections",
+			l.MaxConns, httpShare, fdReserve, nofile)
+	}
+	if nofile < 2*fdReserve {
+		return l, fmt.Errorf("the open-file limit of %d leaves no room for connections: raise it (LimitNOFILE= in the systemd unit, ulimit -n) to at least %d", nofile, 4*fdReserve)
+	}
+	room := int(nofile) - fdReserve
+	if httpShare > 0 {
+		httpShare = min(httpShare, room/8)
+		l.HTTPMaxConns = httpShare
+	}
+	l.MaxConns = room - httpShare
+	log.Info("max_connections lowered to fit the open-file limit", "max_connections", l.MaxConns, "http_max_connections", l.HTTPMaxConns, "nofile", nofile)
+	return l, nil
 }

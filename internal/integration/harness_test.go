@@ -128,9 +128,11 @@ type controlPlane struct {
 		JoinSigningKeyPin    string `json:"join_signing_key_pin"`
 		JoinEncryptionKeyPin string `json:"join_encryption_key_pin"`
 	}
-	log     *syncBuffer
-	cmd     *exec.Cmd
-	exited  chan struct{}
+	log    *syncBuffer
+	cmd    *exec.Cmd
+	exited chan struct{}
+	// env is added to the environment of fleetd serve.
+	env     []string
 	waitErr error
 }
 
@@ -140,9 +142,35 @@ var servingRE = regexp.MustCompile(`msg="fleetd serving" grpc=(\S+)`)
 // port, and returns once the server says it is serving.
 func startControlPlane(t *testing.T, extraConfig string) *controlPlane {
 	t.Helper()
+	return startControlPlaneWith(t, cpOptions{extraConfig: extraConfig})
+}
+
+// cpOptions vary the control plane startControlPlaneWith starts.
+type cpOptions struct {
+	// extraConfig is appended to fleetd.toml.
+	extraConfig string
+	// initArgs are added to fleetd init's arguments, with --config
+	// naming the fleetd.toml (so that init reads its [pkcs11] section).
+	initArgs []string
+	// env is added to the environment of fleetd init and serve.
+	env []string
+}
+
+// startControlPlaneWith is startControlPlane with options.
+func startControlPlaneWith(t *testing.T, o cpOptions) *controlPlane {
+	t.Helper()
+	extraConfig := o.extraConfig
 	dir := t.TempDir()
-	cp := &controlPlane{dir: dir, config: filepath.Join(dir, "fleetd.toml"), log: &syncBuffer{}}
-	if r := run(t, "", nil, "fleetd", "init", "--dir", filepath.Join(dir, "pki"), "--trust-domain", "test.nodetrust.example", "--server-name", "fleetd.test"); r.code != 0 {
+	cp := &controlPlane{dir: dir, config: filepath.Join(dir, "fleetd.toml"), log: &syncBuffer{}, env: o.env}
+	if len(o.initArgs) > 0 {
+		// init reads the [pkcs11] section of the config.
+		cp.writeConfig(t, "127.0.0.1:0", extraConfig)
+	}
+	initArgs := []string{"init", "--dir", filepath.Join(dir, "pki"), "--trust-domain", "test.nodetrust.example", "--server-name", "fleetd.test"}
+	if len(o.initArgs) > 0 {
+		initArgs = append(append(initArgs, "--config", cp.config), o.initArgs...)
+	}
+	if r := run(t, "", o.env, "fleetd", initArgs...); r.code != 0 {
 		t.Fatalf("fleetd init: %s", r)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "pki", "pki-bundle.json"))
@@ -166,7 +194,7 @@ func (cp *controlPlane) serve(t *testing.T) {
 	cp.log = &syncBuffer{}
 
 	cmd := exec.Command(bin(t, "fleetd"), "serve", "--config", cp.config)
-	cmd.Env = baseEnv()
+	cmd.Env = append(baseEnv(), cp.env...)
 	pr, pw := io.Pipe()
 	cmd.Stderr = pw
 	cmd.Stdout = cp.log

@@ -144,15 +144,6 @@ func refusedFor(t *testing.T, cp *controlPlane, why string, join func() result) 
 	}
 }
 
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
 // history returns fleetd nodes history ID as "from>to by actor" lines.
 func (cp *controlPlane) history(t *testing.T, id string) string {
 	t.Helper()

@@ -41,6 +41,12 @@ type Config struct {
 	ServerPID int
 	// KEM is the join encryption KEM of a started server.
 	KEM string
+	// PKCS11 are the --pkcs11 values a started server's fleetd init gets
+	// (keys made inside PKCS#11 tokens); PKCS11Module and PKCS11PINFile
+	// go into its fleetd.toml's [pkcs11] section.
+	PKCS11        []string
+	PKCS11Module  string
+	PKCS11PINFile string
 	// Role and Site of the tokens.
 	Role string
 	Site string
@@ -117,6 +123,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--revoke %d: more than the %d nodes", c.Revoke, c.Nodes)
 	case c.Retries < 0:
 		return fmt.Errorf("--retries %d: want 0 or more", c.Retries)
+	case len(c.PKCS11) > 0 && c.ServerConfig != "":
+		return errors.New("--pkcs11 sets up a server the tool starts; a running server (--config) has its keys where its PKI says")
 	case c.Server != "" && c.ServerConfig == "":
 		return errors.New("--server needs --config: the running server's fleetd.toml (for its pki_dir)")
 	case c.Timeout <= 0 || c.Settle < 0 || c.FloorTime <= 0:
@@ -146,6 +154,9 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&c.Server, "server", "", "with --config: the server's address, when not the one in fleetd.toml; several, comma-separated, for replicas on one database (connections take them in turn; admin calls go to the first)")
 	fs.IntVar(&c.ServerPID, "server-pid", 0, "with --config: the server's process id (default: the local process listening on its port)")
 	fs.StringVar(&c.KEM, "kem", pki.KEMP256, "join encryption KEM of the started server: p256 or mlkem768-p256")
+	fs.StringArrayVar(&c.PKCS11, "pkcs11", nil, "a started server makes its keys in a PKCS#11 token: passed to fleetd init --pkcs11 (repeatable; see docs/pki.md)")
+	fs.StringVar(&c.PKCS11Module, "pkcs11-module", "", "with --pkcs11: the PKCS#11 module, for the started server's [pkcs11] module")
+	fs.StringVar(&c.PKCS11PINFile, "pkcs11-pin-file", "", "with --pkcs11: the file holding the token's PIN (mode 0600), for [pkcs11] pin_file")
 	fs.StringVar(&c.Role, "role", "load", "role of the join tokens")
 	fs.StringVar(&c.Site, "site", "", "site of the join tokens")
 	fs.DurationVar(&c.Timeout, "timeout", time.Minute, "longest wait for one operation")

@@ -86,8 +86,19 @@ func startControlPlane(ctx context.Context, c *Config) (*controlPlane, error) {
 	}
 	cp := &controlPlane{started: true, dir: dir, log: &tailBuffer{max: 64 << 10}, renewalLimit: max(6, c.Renewals+6)}
 	pkiDir := filepath.Join(dir, "pki")
-	initCmd := exec.CommandContext(ctx, bin, "init", "--dir", pkiDir, "--trust-domain", startedTrustDomain,
-		"--server-name", startedServerName, "--kem", c.KEM)
+	initArgs := []string{"init", "--dir", pkiDir, "--trust-domain", startedTrustDomain, "--server-name", startedServerName, "--kem", c.KEM}
+	if len(c.PKCS11) > 0 {
+		// init reads the module and PIN file from the config.
+		if err := cp.writeConfig(c, "127.0.0.1:0"); err != nil {
+			cp.removeDir(c)
+			return nil, err
+		}
+		initArgs = append(initArgs, "--config", filepath.Join(dir, "fleetd.toml"))
+		for _, v := range c.PKCS11 {
+			initArgs = append(initArgs, "--pkcs11", v)
+		}
+	}
+	initCmd := exec.CommandContext(ctx, bin, initArgs...)
 	if out, err := initCmd.CombinedOutput(); err != nil {
 		cp.removeDir(c)
 		return nil, fmt.Errorf("%s init: %w\n%s", bin, err, out)
@@ -122,13 +133,10 @@ func (cp *controlPlane) serve(ctx context.Context, bin string, c *Config) error 
 		return err
 	}
 	cp.addr = net.JoinHostPort("127.0.0.1", port)
-	cfgPath := filepath.Join(cp.dir, "fleetd.toml")
-	text := fmt.Sprintf("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = %q\nlog_level = \"warn\"\n"+
-		"renewal_limit = %d\nrenewal_window = \"1h\"\ntoken_ttl = \"12h\"\n", cp.addr, cp.renewalLimit)
-	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", cfgPath, err)
+	if err := cp.writeConfig(c, cp.addr); err != nil {
+		return err
 	}
-	cmd := exec.Command(bin, "serve", "--config", cfgPath)
+	cmd := exec.Command(bin, "serve", "--config", filepath.Join(cp.dir, "fleetd.toml"))
 	cmd.Stdout, cmd.Stderr = cp.log, cp.log
 	// The server dies with the load tool, even when the tool is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -158,6 +166,23 @@ func (cp *controlPlane) serve(ctx context.Context, bin string, c *Config) error 
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// writeConfig writes the started server's fleetd.toml.
+func (cp *controlPlane) writeConfig(c *Config, listen string) error {
+	cfgPath := filepath.Join(cp.dir, "fleetd.toml")
+	// Every simulated node connects from 127.0.0.1: the one source may
+	// hold a connection for each node (and each operation in flight).
+	text := fmt.Sprintf("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = %q\nlog_level = \"warn\"\n"+
+		"renewal_limit = %d\nrenewal_window = \"1h\"\ntoken_ttl = \"12h\"\n[limits]\nmax_connections_per_source = %d\n",
+		listen, cp.renewalLimit, c.Nodes+c.Concurrency+64)
+	if c.PKCS11Module != "" || c.PKCS11PINFile != "" {
+		text += fmt.Sprintf("[pkcs11]\nmodule = %q\npin_file = %q\n", c.PKCS11Module, c.PKCS11PINFile)
+	}
+	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", cfgPath, err)
+	}
+	return nil
 }
 
 func freePort() (string, error) {

@@ -32,6 +32,9 @@ type RunInfo struct {
 	Renewals    int    `json:"renewals_per_node"`
 	Revoke      int    `json:"revoked"`
 	KEM         string `json:"kem"`
+	// TokenKeys names the started server's keys that live in a PKCS#11
+	// token ("node-ca pkcs11:token=…"); empty when every key is a file.
+	TokenKeys []string `json:"token_keys,omitempty"`
 	// Server is "started" (fleetd started by the tool) or "targeted".
 	Server  string `json:"server"`
 	Address string `json:"address"`
@@ -249,6 +252,9 @@ func (r *Report) print(w io.Writer) {
 		ri.Nodes, ri.Concurrency, ri.Renewals, ri.Revoke, ri.Server, ri.Address)
 	if ri.PID > 0 {
 		fmt.Fprintf(w, " (pid %d)", ri.PID)
+	}
+	for _, k := range ri.TokenKeys {
+		fmt.Fprintf(w, "\nkey in a PKCS#11 token: %s", k)
 	}
 	m := r.Machine
 	fmt.Fprintf(w, "\nmachine: %s, %d CPUs, %.1f GiB, Linux %s, %s; RLIMIT_NOFILE %d\n\n",

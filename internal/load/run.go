@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -66,6 +67,13 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		KEM: cp.jwk.KEM(), Server: "targeted", Address: cp.addr, PID: cp.pid, NoFile: lim.Cur}
 	if cp.started {
 		rep.Run.Server = "started"
+		if locs, err := pki.LocateKeys(filepath.Join(cp.dir, "pki")); err == nil {
+			for _, l := range locs {
+				if l.Ref != "" {
+					rep.Run.TokenKeys = append(rep.Run.TokenKeys, string(l.Use)+" "+l.Ref)
+				}
+			}
+		}
 	}
 
 	c.con.status("measuring the crypto floor")

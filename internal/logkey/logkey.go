@@ -50,4 +50,13 @@ const (
 	Via = "via"
 	// JournalID is the id of a node's journal.
 	JournalID = "journal_id"
+
+	// Key is the use of one of the PKI's private keys (node-ca, …), and
+	// KeyWhere where it lives (a file or a PKCS#11 URI).
+	Key      = "key"
+	KeyWhere = "where"
+	// PKCS11Token names a PKCS#11 token (its URI without object or PIN
+	// source), PKCS11Module its library.
+	PKCS11Token  = "pkcs11_token"
+	PKCS11Module = "pkcs11_module"
 )

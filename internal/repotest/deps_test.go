@@ -90,6 +90,24 @@ var ownerRules = []struct {
 		"machine proofs are the local-API server's"},
 	{module + "/internal/bcd/leases", []string{module + "/internal/bcd/localserver"},
 		"leases are kept by the local-API server's leases service"},
+	{module + "/internal/fleetd/pkcs11key", []string{module + "/internal/fleetd", module + "/internal/fleetd/command"},
+		"the PKCS#11 binding (cgo, crypto11) is opened by fleetd's wiring and commands only, so nothing else links it"},
+}
+
+// pkcs11Binding is what loads a PKCS#11 module: crypto11 and the cgo
+// package under it.
+var pkcs11Binding = []string{"github.com/ThalesGroup/crypto11", "github.com/miekg/pkcs11", module + "/internal/fleetd/pkcs11key"}
+
+// programRules say what a program may never pull in. bcd runs on every
+// machine of the fleet: it links no PKCS#11 binding (and so needs no cgo
+// for it) and none of fleetd's packages.
+var programRules = []struct {
+	pkg        string
+	neverReach [][]string
+	why        string
+}{
+	{"cmd/bcd", [][]string{pkcs11Binding, {module + "/internal/fleetd"}},
+		"bcd holds no CA key: it never links the PKCS#11 binding or fleetd's packages"},
 }
 
 // matchPattern reports whether p matches a go-command-style pattern.
@@ -264,5 +282,29 @@ func TestOwnership(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Error("no import of a binary's package was seen: is the import graph read right?")
+	}
+}
+
+// TestProgramDependencies checks programRules with the same walk as the
+// libraries' table.
+func TestProgramDependencies(t *testing.T) {
+	pkgs := listPackages(t)
+	for _, r := range programRules {
+		pkg := module + "/" + r.pkg
+		if _, ok := pkgs[pkg]; !ok {
+			t.Errorf("program %s is in the table but not in the module", r.pkg)
+			continue
+		}
+		for _, g := range r.neverReach {
+			for _, f := range g {
+				if path := pathTo(pkgs, pkg, []string{f}); path != nil {
+					t.Errorf("%s reaches %s: %s (%s)", r.pkg, short(f), shortPath(path), r.why)
+				}
+			}
+		}
+	}
+	// The walk must see the binding where it belongs.
+	if path := pathTo(pkgs, module+"/cmd/fleetd", []string{module + "/internal/fleetd/pkcs11key"}); path == nil {
+		t.Error("cmd/fleetd does not reach internal/fleetd/pkcs11key: is the import graph read right?")
 	}
 }

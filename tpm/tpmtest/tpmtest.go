@@ -2,8 +2,10 @@
 // TPM, on a free loopback port with EK certificates from a private CA;
 // opens the in-process simulator (OpenSim, build tag tpmsim); plays a TPM
 // manufacturer (a CA that issues EK certificates as the TCG profile says,
-// and writes them to NV); and makes credential-activation challenges as a
-// verifier does. It is for tests only; nothing in a release binary imports
+// and writes them to NV); makes credential-activation challenges as a
+// verifier does; and builds the measurement logs firmware writes (EventLog)
+// and extends them into a TPM, so that a test can measure a boot of its
+// choosing and quote it. It is for tests only; nothing in a release binary imports
 // it.
 package tpmtest
 
@@ -23,7 +25,6 @@ import (
 
 	"github.com/google/go-tpm/tpm2"
 	"github.com/google/go-tpm/tpm2/transport"
-	"github.com/google/go-tpm/tpm2/transport/tcp"
 
 	"github.com/nodetrust/nodetrust/tpm"
 )
@@ -274,15 +275,9 @@ func LoadedHandles(tr transport.TPM) (objects, sessions int, err error) {
 // serves one at a time.
 func (s *Swtpm) Handles(t testing.TB) (objects, sessions int) {
 	t.Helper()
-	tr, err := tcp.Open(tcp.Config{
-		CommandAddress:  fmt.Sprintf("127.0.0.1:%d", s.Port),
-		PlatformAddress: fmt.Sprintf("127.0.0.1:%d", s.Port+1),
-	})
-	if err != nil {
-		t.Fatalf("open swtpm: %v", err)
-	}
+	tr := s.raw(t)
 	defer tr.Close()
-	objects, sessions, err = LoadedHandles(tr)
+	objects, sessions, err := LoadedHandles(tr)
 	if err != nil {
 		t.Fatal(err)
 	}

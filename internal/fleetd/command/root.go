@@ -23,14 +23,17 @@ Start here:
   fleetd serve --config fleetd.toml
   fleetd token create --role worker  a join token, printed once
   fleetd inventory apply nodes.yaml  declare machines (docs/inventory.md)
-  fleetd admin create --name N --role R  an admin credential (owner, declarer, operator, auditor)`,
+  fleetd admin create --name N --role R  an admin credential (owner, declarer, operator, auditor)
+
+  fleetd policy check --class C --log FILE --pcrs FILE
+                                     test a boot policy on a captured boot`,
 		Version:       version.Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand())
+	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand(), policyCommand(), pkiCommand())
 	return root
 }
 

@@ -38,6 +38,9 @@ func TestLoadFleetd(t *testing.T) {
 	if inv := c.Inventory; inv.Required || inv.AutoProvision || inv.Source != "fleetd" || len(inv.Classes) != 3 || inv.MaxClaims != 10000 {
 		t.Errorf("default [inventory] %+v", inv)
 	}
+	if b := c.BootPolicy; b.Dir != "" || b.VerdictLogMaxBytes != 10<<20 || b.VerdictLogKeep != 5 {
+		t.Errorf("default boot_policy %+v", b)
+	}
 }
 
 func TestLoadFleetdRefusals(t *testing.T) {
@@ -46,12 +49,18 @@ func TestLoadFleetdRefusals(t *testing.T) {
 		{"a lifetime over 24h", "pki_dir = \"p\"\ndata_dir = \"d\"\nnode_cert_lifetime = \"25h\"\n", "node_cert_lifetime"},
 		{"a malformed duration", "pki_dir = \"p\"\ndata_dir = \"d\"\ntoken_ttl = \"soon\"\n", "duration"},
 		{"an unknown store", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\ndriver = \"mysql\"\n", "store.driver"},
+		{"a relative PKCS#11 module", "pki_dir = \"p\"\ndata_dir = \"d\"\n[pkcs11]\nmodule = \"libsofthsm2.so\"\n", "pkcs11.module"},
 		{"a bad log level", "pki_dir = \"p\"\ndata_dir = \"d\"\nlog_level = \"loud\"\n", "log_level"},
 		{"an unknown inventory source", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nsource = \"ldap\"\n", "inventory.source"},
 		{"netbox without a url", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nsource = \"netbox\"\n", "inventory.netbox.url is required"},
 		{"netbox without a declarer", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nsource = \"netbox\"\n[inventory.netbox]\nurl = \"https://nb\"\ntoken_file = \"t\"\n", "declarer_user is required"},
 		{"a bad class", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nclasses = [\"Worker\"]\n", "inventory.classes"},
 		{"no claims kept", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nmax_claims = -1\n", "inventory.max_claims"},
+		{"a negative connection limit", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nmax_connections = -1\n", "limits.max_connections"},
+		{"a per-source limit above the total", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nmax_connections = 10\nmax_connections_per_source = 11\n", "limits.max_connections_per_source"},
+		{"a negative idle timeout", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nidle_timeout = \"-1s\"\n", "limits.idle_timeout"},
+		{"a tiny verdict log", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_max_bytes = 100\n", "boot_policy.verdict_log_max_bytes"},
+		{"no verdict log kept", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_keep = -1\n", "boot_policy.verdict_log_keep"},
 		{"a password in the store URL", "pki_dir = \"p\"\ndata_dir = \"d\"\nstore = \"postgres://fleetd:hunter2@db/fleetd\"\n", "store.url: the URL carries a password"},
 		{"a password parameter in the store URL", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\nurl = \"postgres://fleetd@db/fleetd?password=hunter2\"\n", "store.url: the URL carries a password"},
 		{"a store URL of another scheme", "pki_dir = \"p\"\ndata_dir = \"d\"\nstore = \"mysql://db/fleetd\"\n", "store.url: scheme"},

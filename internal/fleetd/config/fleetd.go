@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/tomlfile"
 )
 
@@ -47,6 +48,10 @@ type Fleetd struct {
 	Store     Store     `toml:"store"`
 	TPM       TPM       `toml:"tpm"`
 	Inventory Inventory `toml:"inventory"`
+	Limits    Limits    `toml:"limits"`
+	// BootPolicy configures measured boot (docs/boot-policy.md).
+	BootPolicy BootPolicy `toml:"boot_policy"`
+	PKCS11     PKCS11     `toml:"pkcs11"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -100,6 +105,64 @@ type NetBox struct {
 	CAFile string `toml:"ca_file"`
 	// Timeout bounds each NetBox call (default 10s).
 	Timeout Duration `toml:"timeout"`
+}
+
+// Limits bound what hostile traffic can cost the control plane
+// (docs/security.md). Zero values take the defaults.
+type Limits struct {
+	// MaxConnections is the most gRPC connections held at once, live node
+	// sessions included (default 16384, lowered to fit the open-file
+	// limit when not set).
+	MaxConnections int `toml:"max_connections"`
+	// MaxConnectionsPerSource is the most one source address (an IPv6
+	// /64) holds (default 256).
+	MaxConnectionsPerSource int `toml:"max_connections_per_source"`
+	// MaxHandshakes is the most connections held whose TLS handshake has
+	// not finished (default 1024).
+	MaxHandshakes int `toml:"max_handshakes"`
+	// HTTPMaxConnections is the most HTTPS connections (default 1024).
+	HTTPMaxConnections int `toml:"http_max_connections"`
+	// HandshakeTimeout bounds a connection's TLS handshake (default 10s).
+	HandshakeTimeout Duration `toml:"handshake_timeout"`
+	// IdleTimeout closes a connection that carries no stream (default
+	// 1m); a live node session is a stream and is never closed by it.
+	IdleTimeout Duration `toml:"idle_timeout"`
+	// KeepaliveTime and KeepaliveTimeout: a quiet connection is pinged
+	// after KeepaliveTime and closed if the ping goes unanswered for
+	// KeepaliveTimeout (defaults 1m and 20s).
+	KeepaliveTime    Duration `toml:"keepalive_time"`
+	KeepaliveTimeout Duration `toml:"keepalive_timeout"`
+	// RefusalLogBurst refusal lines per reason and source are logged in
+	// each RefusalLogWindow (defaults 5 and 1m); one summary line says
+	// how many were dropped.
+	RefusalLogBurst  int      `toml:"refusal_log_burst"`
+	RefusalLogWindow Duration `toml:"refusal_log_window"`
+	// RefusalAuditWindow: at most one audit record per token and refusal
+	// reason in each window (default 10m).
+	RefusalAuditWindow Duration `toml:"refusal_audit_window"`
+}
+
+// BootPolicy configures the boot policies and the verdict log.
+type BootPolicy struct {
+	// Dir is the policy directory: one TOML file per machine class.
+	// Relative to fleetd.toml's folder.
+	Dir string `toml:"dir"`
+	// VerdictLogMaxBytes is the size at which verdicts.jsonl in data_dir
+	// rotates (default 10 MiB, at least 64 KiB); VerdictLogKeep is how
+	// many rotated files are kept (default 5, at most 100).
+	VerdictLogMaxBytes int64 `toml:"verdict_log_max_bytes"`
+	VerdictLogKeep     int   `toml:"verdict_log_keep"`
+}
+
+// PKCS11 says how to reach the PKCS#11 tokens that hold keys of the PKI
+// (docs/pki.md). A key's own URI (its <use>.keyref in pki_dir) may name
+// its module and PIN file instead; the URI wins.
+type PKCS11 struct {
+	// Module is the PKCS#11 library (an absolute path).
+	Module string `toml:"module"`
+	// PINFile holds the token's user PIN (one line, mode 0600); never
+	// the PIN itself in this file or on a command line.
+	PINFile string `toml:"pin_file"`
 }
 
 // Store selects the control plane's store: the embedded SQLite file (the
@@ -226,6 +289,12 @@ func (c *Fleetd) applyDefaults() {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
+	if c.BootPolicy.VerdictLogMaxBytes == 0 {
+		c.BootPolicy.VerdictLogMaxBytes = bootpolicy.DefaultVerdictLogMaxBytes
+	}
+	if c.BootPolicy.VerdictLogKeep == 0 {
+		c.BootPolicy.VerdictLogKeep = bootpolicy.DefaultVerdictLogKeep
+	}
 	if c.Store.Driver == "" {
 		c.Store.Driver = "sqlite"
 		if c.Store.URL != "" {
@@ -289,6 +358,18 @@ func (c *Fleetd) Validate() error {
 	case "debug", "info", "warn", "error":
 	default:
 		return fmt.Errorf("log_level: %q is not one of debug, info, warn, error", c.LogLevel)
+	}
+	if err := c.Limits.validate(); err != nil {
+		return err
+	}
+	if n := c.BootPolicy.VerdictLogMaxBytes; n < bootpolicy.MinVerdictLogMaxBytes {
+		return fmt.Errorf("boot_policy.verdict_log_max_bytes: %d is below %d", n, bootpolicy.MinVerdictLogMaxBytes)
+	}
+	if n := c.BootPolicy.VerdictLogKeep; n < 1 || n > bootpolicy.MaxVerdictLogKeep {
+		return fmt.Errorf("boot_policy.verdict_log_keep: %d is outside 1..%d", n, bootpolicy.MaxVerdictLogKeep)
+	}
+	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
+		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)
 	}
 	if err := c.Store.validate(); err != nil {
 		return err
@@ -401,3 +482,36 @@ func (c *Fleetd) AdminAddress() string {
 
 // Duration is a duration setting, written as a Go duration string ("24h").
 type Duration = tomlfile.Duration
+
+// validate reports the first negative limit by name; zero takes the
+// default.
+func (l *Limits) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"max_connections", l.MaxConnections}, {"max_connections_per_source", l.MaxConnectionsPerSource},
+		{"max_handshakes", l.MaxHandshakes}, {"http_max_connections", l.HTTPMaxConnections},
+		{"refusal_log_burst", l.RefusalLogBurst},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("limits.%s: %d must be positive (or unset for the default)", f.name, f.v)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"handshake_timeout", l.HandshakeTimeout.Duration}, {"idle_timeout", l.IdleTimeout.Duration},
+		{"keepalive_time", l.KeepaliveTime.Duration}, {"keepalive_timeout", l.KeepaliveTimeout.Duration},
+		{"refusal_log_window", l.RefusalLogWindow.Duration}, {"refusal_audit_window", l.RefusalAuditWindow.Duration},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("limits.%s: %s must be positive (or unset for the default)", f.name, f.v)
+		}
+	}
+	if l.MaxConnections > 0 && l.MaxConnectionsPerSource > l.MaxConnections {
+		return fmt.Errorf("limits.max_connections_per_source: %d is above max_connections (%d)", l.MaxConnectionsPerSource, l.MaxConnections)
+	}
+	return nil
+}

@@ -49,22 +49,30 @@ func reportCPU(b *testing.B, start time.Duration) {
 // benchServer returns a Server on a new PKI and SQLite store.
 func benchServer(b *testing.B) *Server {
 	b.Helper()
-	dir := b.TempDir()
+	return testServer(b, Config{RenewalLimit: 1 << 30})
+}
+
+// testServer returns a Server with cfg on a new PKI (pki.Init) and SQLite
+// store in a temporary folder.
+func testServer(tb testing.TB, cfg Config) *Server {
+	tb.Helper()
+	dir := tb.TempDir()
 	if _, err := pki.Init(filepath.Join(dir, "pki"), pki.InitOptions{TrustDomain: benchTrustDomain, ServerName: "fleetd.bench"}); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	auth, err := pki.LoadAuthority(filepath.Join(dir, "pki"))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "fleetd.db"))
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { st.Close() })
-	s, err := New(Config{Authority: auth, Store: st, RenewalLimit: 1 << 30})
+	tb.Cleanup(func() { st.Close() })
+	cfg.Authority, cfg.Store = auth, st
+	s, err := New(cfg)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	return s
 }
@@ -77,42 +85,54 @@ type benchJoin struct {
 	req     *joinv1.JoinRequest
 }
 
-func prepareJoins(b *testing.B, s *Server, n int) []benchJoin {
+func prepareJoins(b testing.TB, s *Server, n int) []benchJoin {
 	b.Helper()
-	ctx := context.Background()
-	pub := s.cfg.Authority.JoinEncryption.Public()
 	out := make([]benchJoin, n)
 	for i := range out {
-		secret, hash, id, err := NewToken()
-		if err != nil {
-			b.Fatal(err)
-		}
-		now := time.Now()
-		if err := s.cfg.Store.CreateToken(ctx, store.Token{ID: id, Hash: hash, Role: "worker", CreatedBy: "bench",
-			CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
-			b.Fatal(err)
-		}
-		key, err := pki.GenerateKey()
-		if err != nil {
-			b.Fatal(err)
-		}
-		csr, err := pki.CreateCSR(key)
-		if err != nil {
-			b.Fatal(err)
-		}
-		h := sha256.Sum256(csr)
-		sealed, err := pki.SealToken(pub, h[:], []byte(secret))
-		if err != nil {
-			b.Fatal(err)
-		}
-		uuid := make([]byte, 16)
-		_, _ = rand.Read(uuid)
-		out[i] = benchJoin{key: key, csrHash: h[:], req: &joinv1.JoinRequest{
-			Csr: csr, Attestor: "token", SealedToken: sealed, DaemonVersion: "bench",
-			Claims: &joinv1.HardwareClaims{ProductUuid: hex.EncodeToString(uuid), Hostname: fmt.Sprintf("bench-%s-%d", id, i)},
-		}}
+		secret, id := storeToken(b, s)
+		out[i] = tokenJoin(b, s, secret, fmt.Sprintf("bench-%s-%d", id, i))
 	}
 	return out
+}
+
+// storeToken stores a new worker token and returns its secret and id.
+func storeToken(tb testing.TB, s *Server) (secret, id string) {
+	tb.Helper()
+	secret, hash, id, err := NewToken()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	now := s.cfg.Now()
+	if err := s.cfg.Store.CreateToken(context.Background(), store.Token{ID: id, Hash: hash, Role: "worker", CreatedBy: "bench",
+		CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		tb.Fatal(err)
+	}
+	return secret, id
+}
+
+// tokenJoin is a join with secret sealed to a new key's CSR, claiming a
+// random product UUID and hostname.
+func tokenJoin(tb testing.TB, s *Server, secret, hostname string) benchJoin {
+	tb.Helper()
+	key, err := pki.GenerateKey()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	csr, err := pki.CreateCSR(key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	h := sha256.Sum256(csr)
+	sealed, err := pki.SealToken(s.cfg.Authority.JoinEncryption.Public(), h[:], []byte(secret))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	uuid := make([]byte, 16)
+	_, _ = rand.Read(uuid)
+	return benchJoin{key: key, csrHash: h[:], req: &joinv1.JoinRequest{
+		Csr: csr, Attestor: "token", SealedToken: sealed, DaemonVersion: "bench",
+		Claims: &joinv1.HardwareClaims{ProductUuid: hex.EncodeToString(uuid), Hostname: hostname},
+	}}
 }
 
 // BenchmarkJoin is JoinService.Join on a prepared sealed request, TLS
@@ -168,7 +188,7 @@ type benchNode struct {
 
 // joinNodes joins n nodes and returns them authenticated by their first
 // certificate, as a session's caller is.
-func joinNodes(b *testing.B, s *Server, n int) []*benchNode {
+func joinNodes(b testing.TB, s *Server, n int) []*benchNode {
 	b.Helper()
 	ctx := context.Background()
 	j := &joinService{s: s}

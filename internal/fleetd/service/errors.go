@@ -15,6 +15,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // callError is a call's failure as its caller sees it: a wire code and a
@@ -65,6 +66,17 @@ func storeFailure(op string, err error) *callError {
 		return refused(codes.AlreadyExists, "%s: conflict", op)
 	}
 	return unavailable("store", op+": the store failed; retry, and see the server log", err, logkey.Op, op)
+}
+
+// signFailure is a failure of op to sign a certificate or an answer.
+// When the key's device is unavailable (a PKCS#11 token that went away),
+// the caller is told so and may retry later; the server's log gets
+// "signing failed" with the token's error.
+func signFailure(op string, err error, attrs ...any) *callError {
+	if errors.Is(err, pki.ErrKeyUnavailable) {
+		return unavailable("signing", op+": the control plane's signing key is unavailable (its PKCS#11 token does not answer); retry later", err, append(attrs, logkey.Op, op)...)
+	}
+	return unavailable(op, op+" failed; retry, and see the server log", err, attrs...)
 }
 
 // classify is the one place an error of a handler becomes what the caller

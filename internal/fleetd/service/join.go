@@ -39,6 +39,8 @@ type joinService struct {
 
 // refusal is a join refusal: the reason stays on the server.
 type refusal struct {
+	// code classifies the reason for metrics and throttling.
+	code   refusalCode
 	reason string
 	// audit is set when the caller proved something (a token opened), so
 	// the refusal is worth an audit entry; refusals of unauthenticated
@@ -49,8 +51,8 @@ type refusal struct {
 
 func (r *refusal) Error() string { return r.reason }
 
-func refuse(format string, args ...any) *refusal {
-	return &refusal{reason: fmt.Sprintf(format, args...)}
+func refuse(code refusalCode, format string, args ...any) *refusal {
+	return &refusal{code: code, reason: fmt.Sprintf(format, args...)}
 }
 
 func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv1.JoinResponse, error) {
@@ -71,28 +73,25 @@ func (j *joinService) Join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	if !errors.As(err, &r) {
 		// An internal failure: the caller may retry.
 		j.s.metrics.join(req.Attestor, "failed")
+		if errors.Is(err, pki.ErrKeyUnavailable) {
+			return nil, signFailure("join (request "+reqID+")", err, logkey.RequestID, reqID)
+		}
 		return nil, unavailable("join", "join could not be completed; retry later (request "+reqID+")", err, logkey.RequestID, reqID)
 	}
-	j.s.metrics.join(req.Attestor, "refused")
-	j.s.log.WarnContext(ctx, "join refused", logkey.RequestID, reqID, logkey.Reason, r.reason,
-		logkey.TokenID, r.tokenID, logkey.ClaimedHostname, capClaim(req.GetClaims().GetHostname()),
-		logkey.Peer, peerAddr(ctx))
-	if r.audit {
-		_ = j.s.cfg.Store.AppendAudit(ctx, store.AuditEvent{
-			Time: j.s.cfg.Now(), Actor: "join", Action: "join.refused",
-			Subject: "token:" + r.tokenID, Detail: r.reason + " (request " + reqID + ")",
-		})
-	}
+	j.s.refusedJoin(ctx, req, r, reqID)
 	return nil, r
 }
 
 func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv1.JoinResponse, error) {
+	if err := checkJoinSize(req); err != nil {
+		return nil, err
+	}
 	if len(req.Csr) == 0 || len(req.Csr) > maxCSRBytes {
-		return nil, refuse("CSR missing or larger than %d bytes", maxCSRBytes)
+		return nil, refuse(reasonCSR, "CSR missing or larger than %d bytes", maxCSRBytes)
 	}
 	csr, err := pki.ParseCSR(req.Csr)
 	if err != nil {
-		return nil, refuse("bad CSR: %v", err)
+		return nil, refuse(reasonCSR, "bad CSR: %v", err)
 	}
 	csrHash := sha256.Sum256(req.Csr)
 	switch req.Attestor {
@@ -101,9 +100,9 @@ func (j *joinService) join(ctx context.Context, req *joinv1.JoinRequest) (*joinv
 	case "tpm":
 		return j.joinTPM(ctx, req, csr, csrHash[:])
 	case "":
-		return nil, refuse("no attestor named")
+		return nil, refuse(reasonAttestor, "no attestor named")
 	default:
-		return nil, refuse("attestor %q is not supported", capClaim(req.Attestor))
+		return nil, refuse(reasonAttestor, "attestor %q is not supported", capClaim(req.Attestor))
 	}
 }
 
@@ -114,8 +113,8 @@ type openedToken struct {
 	hash []byte
 }
 
-func (o *openedToken) deny(format string, args ...any) error {
-	r := refuse(format, args...)
+func (o *openedToken) deny(code refusalCode, format string, args ...any) error {
+	r := refuse(code, format, args...)
 	r.audit, r.tokenID = true, o.tok.ID
 	return r
 }
@@ -126,13 +125,13 @@ func (j *joinService) openToken(ctx context.Context, req *joinv1.JoinRequest, cs
 	s := j.s
 	secret, err := s.cfg.Authority.JoinEncryption.OpenToken(csrHash, req.SealedToken)
 	if err != nil {
-		return nil, refuse("sealed token does not open for this CSR: %v", err)
+		return nil, refuse(reasonTokenSeal, "sealed token does not open for this CSR: %v", err)
 	}
 	hash := sha256.Sum256(secret)
 	clear(secret)
 	tok, err := s.cfg.Store.TokenByHash(ctx, hash[:])
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, refuse("unknown token")
+		return nil, refuse(reasonTokenUnknown, "unknown token")
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up token: %w", err)
@@ -141,18 +140,18 @@ func (j *joinService) openToken(ctx context.Context, req *joinv1.JoinRequest, cs
 	now := s.cfg.Now()
 	switch {
 	case !tok.UsedAt.IsZero():
-		return nil, o.deny("token already used by node %s at %s", tok.UsedBy, tok.UsedAt.UTC().Format(time.RFC3339))
+		return nil, o.deny(reasonTokenUsed, "token already used by node %s at %s", tok.UsedBy, tok.UsedAt.UTC().Format(time.RFC3339))
 	case !now.Before(tok.ExpiresAt):
-		return nil, o.deny("token expired at %s", tok.ExpiresAt.UTC().Format(time.RFC3339))
+		return nil, o.deny(reasonTokenExpired, "token expired at %s", tok.ExpiresAt.UTC().Format(time.RFC3339))
 	case req.Role != "" && req.Role != tok.Role:
-		return nil, o.deny("token is for role %q, the request asks for role %q", tok.Role, capClaim(req.Role))
+		return nil, o.deny(reasonTokenScope, "token is for role %q, the request asks for role %q", tok.Role, capClaim(req.Role))
 	}
 	if req.NodeId != "" {
 		if err := pki.ValidNodeID(req.NodeId); err != nil {
-			return nil, o.deny("requested node id: %v", err)
+			return nil, o.deny(reasonTokenScope, "requested node id: %v", err)
 		}
 		if tok.NodeID != "" && tok.NodeID != req.NodeId {
-			return nil, o.deny("token is for node %q, the request asks for node %q", tok.NodeID, req.NodeId)
+			return nil, o.deny(reasonTokenScope, "token is for node %q, the request asks for node %q", tok.NodeID, req.NodeId)
 		}
 	}
 	return o, nil
@@ -166,7 +165,7 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 	}
 	tok := o.tok
 	if req.DeferralId != "" && !tok.RequireApproval {
-		return nil, o.deny("a deferral id for a token that needs no approval")
+		return nil, o.deny(reasonDeferral, "a deferral id for a token that needs no approval")
 	}
 	now := s.cfg.Now()
 	claims := claimsFrom(req.Claims)
@@ -198,7 +197,7 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 			s.log.InfoContext(ctx, "join waiting for approval", logkey.NodeID, nodeID, logkey.TokenID, tok.ID, logkey.Peer, peerAddr(ctx))
 		}
 		if pending.NodeID != nodeID {
-			return nil, o.deny("the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
+			return nil, o.deny(reasonDeferral, "the pending join was for node %s, it would now be node %s", pending.NodeID, nodeID)
 		}
 		if pending.ApprovedAt.IsZero() {
 			return pendingResponse(s, pending), nil
@@ -248,9 +247,9 @@ func (j *joinService) place(ctx context.Context, r lifecycle.Request, o *openedT
 	s := j.s
 	deny := func(reason string) error {
 		if o != nil {
-			return o.deny("%s", reason)
+			return o.deny(reasonNotAdmitted, "%s", reason)
 		}
-		return refuse("%s", reason)
+		return refuse(reasonNotAdmitted, "%s", reason)
 	}
 	out, err := s.admission.Decide(ctx, r)
 	if err != nil {
@@ -371,6 +370,12 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for node %s: %w", in.nodeID, err)
 	}
+	// Sign the answer before the join is recorded: a signing key that
+	// fails (a PKCS#11 token gone) then leaves the token unspent.
+	signed, err := s.signResult(in.csrHash, leaf, in.nodeID, in.role, in.site, in.gen)
+	if err != nil {
+		return nil, err
+	}
 	serial := pki.SerialHex(leaf)
 	actor := "ek:" + in.ekPin
 	var tokenHash []byte
@@ -410,16 +415,12 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	})
 	if errors.Is(err, store.ErrConflict) {
 		if in.token != nil {
-			return nil, in.token.deny("token or node id was taken by a concurrent join")
+			return nil, in.token.deny(reasonNodeConflict, "token or node id was taken by a concurrent join")
 		}
-		return nil, refuse("node %s changed during the join", in.nodeID)
+		return nil, refuse(reasonNodeConflict, "node %s changed during the join", in.nodeID)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("record join of node %s: %w", in.nodeID, err)
-	}
-	signed, err := s.signResult(in.csrHash, leaf, in.nodeID, in.role, in.site, in.gen)
-	if err != nil {
-		return nil, err
 	}
 	s.log.InfoContext(ctx, "node joined", logkey.NodeID, in.nodeID, logkey.Attestor, in.attestor, "actor", actor,
 		logkey.Serial, serial, "reclaim", in.reclaim, logkey.Generation, in.gen, logkey.Peer, peerAddr(ctx))
@@ -447,7 +448,7 @@ func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked str
 	if len(known) > 0 {
 		old := known[0]
 		if want != "" && want != old.ID {
-			return "", false, 0, nil, refuse("machine is known as node %s, the join asks for node %s", old.ID, want)
+			return "", false, 0, nil, refuse(reasonNodeConflict, "machine is known as node %s, the join asks for node %s", old.ID, want)
 		}
 		return old.ID, true, old.Generation + 1, &old, nil
 	}
@@ -461,7 +462,7 @@ func (j *joinService) chooseNode(ctx context.Context, tok store.Token, asked str
 		case tok.AllowReclaim && tok.NodeID == want:
 			return want, true, old.Generation + 1, &old, nil
 		default:
-			return "", false, 0, nil, refuse("node id %s is taken by another machine", want)
+			return "", false, 0, nil, refuse(reasonNodeConflict, "node id %s is taken by another machine", want)
 		}
 	}
 	base := nodeIDFromHostname(claims.Hostname)

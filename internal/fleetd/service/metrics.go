@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
+
+	"github.com/nodetrust/nodetrust/internal/fleetd/connlimit"
 )
 
 // metrics are the control plane's counters, served at /metrics on the
@@ -21,6 +23,13 @@ type metrics struct {
 	adminCalls  *prometheus.CounterVec
 	claims      *prometheus.CounterVec
 	transitions *prometheus.CounterVec
+	// Hostile traffic, counted rather than journaled (docs/security.md).
+	joinRefusals  *prometheus.CounterVec
+	oversized     *prometheus.CounterVec
+	connRefused   *prometheus.CounterVec
+	connDisplaced *prometheus.CounterVec
+	auditDropped  prometheus.Counter
+	logDropped    prometheus.Counter
 }
 
 func newMetrics(s *Server) *metrics {
@@ -50,8 +59,33 @@ func newMetrics(s *Server) *metrics {
 			Name: "nodetrust_lifecycle_transitions_total",
 			Help: "Lifecycle actions carried out (provision, quarantine, release, retire).",
 		}, []string{"action"}),
+		joinRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_join_refusals_total",
+			Help: "Refused joins by reason (csr_invalid, token_used, oversized, …).",
+		}, []string{"reason"}),
+		oversized: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_oversized_requests_total",
+			Help: "Requests refused for their size, by method.",
+		}, []string{"method"}),
+		connRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_connections_refused_total",
+			Help: "Connections refused over a limit, by listener and limit (total, per_source, handshakes).",
+		}, []string{"listener", "limit"}),
+		connDisplaced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_connections_displaced_total",
+			Help: "Idle connections closed to admit another source's, by listener and limit.",
+		}, []string{"listener", "limit"}),
+		auditDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodetrust_refusal_audits_dropped_total",
+			Help: "Join refusals not audited: the token and reason already have a record in this window.",
+		}),
+		logDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodetrust_refusal_log_lines_dropped_total",
+			Help: "Refusal log lines dropped by the per-reason-and-source throttle.",
+		}),
 	}
 	m.reg.MustRegister(m.joins, m.renewals, m.revocations, m.adminCalls, m.claims, m.transitions,
+		m.joinRefusals, m.oversized, m.connRefused, m.connDisplaced, m.auditDropped, m.logDropped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nodetrust_live_sessions",
 			Help: "Node sessions held open on this server.",
@@ -87,6 +121,17 @@ func (m *metrics) adminCall(method, outcome string) {
 func (m *metrics) claim(attestor string) { m.claims.WithLabelValues(knownAttestor(attestor)).Inc() }
 
 func (m *metrics) transition(action string) { m.transitions.WithLabelValues(action).Inc() }
+
+// watchListener serves the open and handshaking connections of l.
+func (m *metrics) watchListener(name string, l *connlimit.Listener) {
+	labels := prometheus.Labels{"listener": name}
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nodetrust_connections_open", Help: "Connections held, by listener.", ConstLabels: labels,
+	}, func() float64 { return float64(l.Stats().Open) }))
+	_ = m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "nodetrust_connections_handshaking", Help: "Connections whose handshake has not finished, by listener.", ConstLabels: labels,
+	}, func() float64 { return float64(l.Stats().Handshaking) }))
+}
 
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})

@@ -123,7 +123,13 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 		NotAfter:  now.Add(lifetime),
 	})
 	if err != nil {
-		return nil, unavailable("renewal", "renewal could not be issued; retry", fmt.Errorf("issue: %w", err), logkey.NodeID, cur.node.ID)
+		return nil, signFailure("renewal", fmt.Errorf("issue: %w", err), logkey.NodeID, cur.node.ID)
+	}
+	// Sign the answer before the renewal is recorded, so that a signing
+	// key that fails does not count against the node's renewal limit.
+	signed, err := s.signResult(csrHash[:], next, cur.node.ID, cur.info.Role, cur.info.Site, cur.node.Generation)
+	if err != nil {
+		return nil, signFailure("renewal", fmt.Errorf("sign: %w", err), logkey.NodeID, cur.node.ID)
 	}
 	serial := pki.SerialHex(next)
 	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, nil)
@@ -138,10 +144,6 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	}
 	if err != nil {
 		return nil, unavailable("renewal", "renewal could not be recorded; retry", fmt.Errorf("record: %w", err), logkey.NodeID, cur.node.ID)
-	}
-	signed, err := s.signResult(csrHash[:], next, cur.node.ID, cur.info.Role, cur.info.Site, cur.node.Generation)
-	if err != nil {
-		return nil, unavailable("renewal", "renewal could not be signed; retry", fmt.Errorf("sign: %w", err), logkey.NodeID, cur.node.ID)
 	}
 	caller.issued, caller.issuedInfo = next, pki.NodeCertInfo{
 		NodeID: cur.node.ID, TrustDomain: cur.info.TrustDomain, SPIFFEID: cur.info.SPIFFEID,

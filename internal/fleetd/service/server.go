@@ -19,9 +19,11 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/connlimit"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/fleetd/throttle"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -75,6 +77,9 @@ type Config struct {
 	AdvertiseAddresses []string
 	// Now is the clock; default time.Now.
 	Now func() time.Time
+	// Limits bound what hostile traffic costs; zero fields take
+	// DefaultLimits'.
+	Limits Limits
 }
 
 // Server holds the control plane's services.
@@ -92,6 +97,12 @@ type Server struct {
 	probes    map[string]chan string
 	admission *lifecycle.Admission
 	lifecycle *lifecycle.Manager
+	// logThrottle bounds refusal log lines per reason and source;
+	// auditThrottle refusal audit records per reason and token.
+	logThrottle   *throttle.Limiter
+	auditThrottle *throttle.Limiter
+	// methods are the full names of the methods served.
+	methods map[string]struct{}
 }
 
 // New checks cfg and builds a Server.
@@ -141,6 +152,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxClaims <= 0 {
 		cfg.MaxClaims = 10000
 	}
+	cfg.Limits.applyDefaults()
+	logThrottle, err := throttle.New(throttle.Config{Window: cfg.Limits.RefusalLogWindow, Burst: cfg.Limits.RefusalLogBurst, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
+	auditThrottle, err := throttle.New(throttle.Config{Window: cfg.Limits.RefusalAuditWindow, Burst: 1, Now: cfg.Now})
+	if err != nil {
+		return nil, err
+	}
 	doc, err := WellKnownDocument(cfg.Authority, cfg.AdvertiseAddresses)
 	if err != nil {
 		return nil, err
@@ -152,7 +172,16 @@ func New(cfg Config) (*Server, error) {
 		pool.AddCert(cfg.Authority.AdminCA)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(),
+		logThrottle: logThrottle, auditThrottle: auditThrottle, methods: map[string]struct{}{},
 		replica: randomHex(8), probes: map[string]chan string{}}
+	for _, sd := range []grpc.ServiceDesc{joinv1.JoinService_ServiceDesc, adminv1.Admin_ServiceDesc, gatewayv1.Gateway_ServiceDesc} {
+		for _, m := range sd.Methods {
+			s.methods["/"+sd.ServiceName+"/"+m.MethodName] = struct{}{}
+		}
+		for _, m := range sd.Streams {
+			s.methods["/"+sd.ServiceName+"/"+m.StreamName] = struct{}{}
+		}
+	}
 	s.metrics = newMetrics(s)
 	s.admission = &lifecycle.Admission{Store: cfg.Store, Source: cfg.Inventory, Required: cfg.InventoryRequired, AutoProvision: cfg.AutoProvision}
 	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, Now: cfg.Now,
@@ -182,18 +211,25 @@ func (s *Server) TLSConfig() *tls.Config {
 	}
 }
 
-// GRPCServer builds the gRPC server with every service registered.
-func (s *Server) GRPCServer() *grpc.Server {
+// GRPCServer builds the gRPC server with every service registered, for
+// connections from lim (which learns of their handshakes and streams).
+func (s *Server) GRPCServer(lim *connlimit.Listener) *grpc.Server {
+	l := s.cfg.Limits
 	g := grpc.NewServer(
-		grpc.Creds(credentials.NewTLS(s.TLSConfig())),
+		grpc.Creds(lim.Credentials(credentials.NewTLS(s.TLSConfig()))),
+		grpc.StatsHandler(lim.StatsHandler()),
+		grpc.StatsHandler(sizeStats{s}),
 		// Handlers return errors; wireError is the one place they
 		// become wire codes.
-		grpc.ChainUnaryInterceptor(s.unaryErrors, s.authorizeAdmin),
-		grpc.ChainStreamInterceptor(s.streamErrors),
+		grpc.ChainUnaryInterceptor(s.unaryErrors, s.limitUnary, s.authorizeAdmin),
+		grpc.ChainStreamInterceptor(s.streamErrors, s.limitStream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		// Find connections of nodes that vanished (a reboot sends no FIN).
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
-		grpc.MaxRecvMsgSize(1<<20),
+		// Find connections of nodes that vanished (a reboot sends no FIN),
+		// and close those that carry no stream.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: l.KeepaliveTime, Timeout: l.KeepaliveTimeout, MaxConnectionIdle: l.IdleTimeout}),
+		grpc.ConnectionTimeout(l.HandshakeTimeout),
+		grpc.MaxRecvMsgSize(maxJoinBytes),
+		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 	)
 	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})
 	adminv1.RegisterAdminServer(g, &adminService{s: s})
@@ -201,9 +237,18 @@ func (s *Server) GRPCServer() *grpc.Server {
 	return g
 }
 
-// Serve serves gRPC on ln until ctx is done, then stops gracefully.
+// Serve serves gRPC on ln, within the server's connection limits, until
+// ctx is done, then stops gracefully.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	g := s.GRPCServer()
+	lim, err := s.LimitListener(ln, "grpc")
+	if err != nil {
+		return err
+	}
+	g := s.GRPCServer(lim)
+	sumCtx, stopSummaries := context.WithCancel(ctx)
+	summaries := make(chan struct{})
+	go func() { s.summarizeEvery(sumCtx); close(summaries) }()
+	defer func() { stopSummaries(); <-summaries }()
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	watched := make(chan struct{})
 	go func() { defer close(watched); s.watchRevocations(watchCtx) }()
@@ -225,7 +270,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		case <-done:
 		}
 	}()
-	err := g.Serve(ln)
+	err = g.Serve(lim)
 	close(done)
 	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve gRPC on %s: %w", ln.Addr(), err)

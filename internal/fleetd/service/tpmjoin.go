@@ -150,15 +150,15 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 	now := s.cfg.Now()
 	switch {
 	case !now.Before(ch.notAfter):
-		return nil, refuse("challenge round %d expired at %s", ch.round, ch.notAfter.UTC().Format(time.RFC3339))
+		return nil, refuse(reasonTPMChallenge, "challenge round %d expired at %s", ch.round, ch.notAfter.UTC().Format(time.RFC3339))
 	case !bytes.Equal(ch.csrHash, csrHash):
-		return nil, refuse("the answer is for another CSR than the challenge")
+		return nil, refuse(reasonTPMChallenge, "the answer is for another CSR than the challenge")
 	case req.Answer == nil || req.Answer.Round != ch.round:
-		return nil, refuse("no answer to challenge round %d", ch.round)
+		return nil, refuse(reasonTPMChallenge, "no answer to challenge round %d", ch.round)
 	}
 	if err := j.checkAnswer(ch, req.Answer); err != nil {
 		if ch.round >= MaxChallengeRounds {
-			return nil, refuse("challenge round %d failed, the last: %v", ch.round, err)
+			return nil, refuse(reasonTPMChallenge, "challenge round %d failed, the last: %v", ch.round, err)
 		}
 		s.log.WarnContext(ctx, "tpm challenge failed, asking again", "round", ch.round, logkey.EKPin, ch.ekPin, logkey.Reason, err.Error())
 		return j.newRound(ctx, ch, ch.round+1)
@@ -228,7 +228,7 @@ func (j *joinService) tpmApproval(ctx context.Context, ch *challenge, o *openedT
 	case p.ApprovedAt.IsZero():
 		return pendingResponse(s, p), nil
 	case p.NodeID != in.nodeID:
-		return nil, o.deny("the pending join was for node %s, it would now be node %s", p.NodeID, in.nodeID)
+		return nil, o.deny(reasonDeferral, "the pending join was for node %s, it would now be node %s", p.NodeID, in.nodeID)
 	}
 	in.pendingID = p.ID
 	return j.issue(ctx, in)
@@ -238,7 +238,7 @@ func (j *joinService) tpmApproval(ctx context.Context, ch *challenge, o *openedT
 // join: still waiting, or, once approved, a fresh challenge round.
 func (j *joinService) tpmPending(ctx context.Context, req *joinv1.JoinRequest, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
 	if len(req.SealedToken) == 0 {
-		return nil, refuse("unknown or already answered challenge")
+		return nil, refuse(reasonTPMChallenge, "unknown or already answered challenge")
 	}
 	o, err := j.openToken(ctx, req, csrHash)
 	if err != nil {
@@ -260,13 +260,13 @@ func (j *joinService) pendingFor(ctx context.Context, id string, o *openedToken,
 	p, err := j.s.cfg.Store.GetPending(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return p, o.deny("unknown deferral (or a challenge already answered)")
+		return p, o.deny(reasonDeferral, "unknown deferral (or a challenge already answered)")
 	case err != nil:
 		return p, fmt.Errorf("look up deferral: %w", err)
 	case !bytes.Equal(p.CSRHash, csrHash) || !bytes.Equal(p.TokenHash, o.hash):
-		return p, o.deny("the deferral belongs to another request")
+		return p, o.deny(reasonDeferral, "the deferral belongs to another request")
 	case !j.s.cfg.Now().Before(p.ExpiresAt):
-		return p, o.deny("the pending join expired at %s", p.ExpiresAt.UTC().Format(time.RFC3339))
+		return p, o.deny(reasonDeferral, "the pending join expired at %s", p.ExpiresAt.UTC().Format(time.RFC3339))
 	}
 	return p, nil
 }
@@ -278,15 +278,15 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 	s := j.s
 	ev := req.Tpm
 	if ev == nil {
-		return nil, refuse("tpm attestor without TPM evidence")
+		return nil, refuse(reasonTPMEvidence, "tpm attestor without TPM evidence")
 	}
 	ekPub, err := attest.EKPublic(ev.EkPublic)
 	if err != nil {
-		return nil, refuse("EK public area: %v", err)
+		return nil, refuse(reasonTPMEvidence, "EK public area: %v", err)
 	}
 	ekPin, err := attest.EKPin(ekPub)
 	if err != nil {
-		return nil, refuse("EK: %v", err)
+		return nil, refuse(reasonTPMEvidence, "EK: %v", err)
 	}
 	var known *store.Node
 	n, err := s.cfg.Store.NodeByEKPin(ctx, ekPin)
@@ -313,23 +313,23 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 			// is honoured is decided after the TPM proved it.
 			bound, err := s.cfg.Inventory.ByEKPin(ctx, ekPin)
 			if err != nil {
-				return nil, refuse("unknown EK %s, and the inventory source cannot answer: %v", ekPin, err)
+				return nil, refuse(reasonTPMEvidence, "unknown EK %s, and the inventory source cannot answer: %v", ekPin, err)
 			}
 			if len(bound) == 0 {
-				return nil, refuse("unknown EK %s: not pinned for any node, and its certificate is not trusted (%s); no declaration binds it", ekPin, why)
+				return nil, refuse(reasonTPMEvidence, "unknown EK %s: not pinned for any node, and its certificate is not trusted (%s); no declaration binds it", ekPin, why)
 			}
 		}
 	}
 	keyPub, err := attest.VerifyCertify(ev.AkPublic, ev.CertifyAttest, ev.CertifySignature, ev.NodeKeyPublic, csrHash)
 	if err != nil {
-		return nil, refuse("the AK's certification of the node key: %v", err)
+		return nil, refuse(reasonTPMEvidence, "the AK's certification of the node key: %v", err)
 	}
 	if !samePublicKey(keyPub, csr.PublicKey) {
-		return nil, refuse("the AK certified another key than the CSR's")
+		return nil, refuse(reasonTPMEvidence, "the AK certified another key than the CSR's")
 	}
 	akName, err := attest.AKName(ev.AkPublic)
 	if err != nil {
-		return nil, refuse("AK: %v", err)
+		return nil, refuse(reasonTPMEvidence, "AK: %v", err)
 	}
 	ch := &challenge{csrHash: csrHash, ev: ev, ekPin: ekPin, akName: akName, known: known, pendingID: pendingID}
 	return j.newRound(ctx, ch, 1)
@@ -340,7 +340,7 @@ func (j *joinService) newRound(ctx context.Context, prev *challenge, round uint3
 	s := j.s
 	cred, err := attest.NewChallenge(prev.ev.EkPublic, prev.ev.AkPublic, rand.Reader)
 	if err != nil {
-		return nil, refuse("make the credential challenge: %v", err)
+		return nil, refuse(reasonTPMEvidence, "make the credential challenge: %v", err)
 	}
 	nonce := make([]byte, nonceSize)
 	if _, err := rand.Read(nonce); err != nil {
