@@ -51,7 +51,7 @@ func LoadAuthority(dir string) (*Authority, error) {
 // bundle's three pins are those of the serving CA, the join signing key
 // and the join encryption key. Every error names the file.
 //
-// The admin CA (admin-ca.crt and admin-ca.key, always a file) is read when
+// The admin CA (admin-ca.crt, and its key as the other CAs') is read when
 // present; it must be signed by the root and match its key.
 //
 // A key named by a reference file (<use>.keyref) rather than a key file is
@@ -185,7 +185,7 @@ func LoadAuthorityWith(dir string, open KeyOpener) (*Authority, error) {
 	if err := a.AdminCA.CheckSignatureFrom(a.Root); err != nil {
 		return fail(AdminCACertFile, fmt.Errorf("not signed by %s: %w", RootCACertFile, err))
 	}
-	if a.AdminSigner, err = ReadPrivateKey(Path(dir, AdminCAKeyFile)); err != nil {
+	if a.AdminSigner, err = openKey(dir, KeyAdminCA, open); err != nil {
 		return nil, fmt.Errorf("load pki: %w", err)
 	}
 	if !publicKeysEqual(a.AdminSigner.Public(), a.AdminCA.PublicKey) {

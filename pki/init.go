@@ -114,8 +114,7 @@ type initFile struct {
 // 0), a serving CA (5 years, path length 0), a serving
 // certificate for ServerName, "localhost" and ServerIPs (1 year, chain
 // included), the JoinService signing key (P-256), the join encryption key
-// and its JWK, an admin CA (5 years, path length 0; its key always a
-// file), the owner admin credential (a client certificate from the admin CA
+// and its JWK, an admin CA (5 years, path length 0), the owner admin credential (a client certificate from the admin CA
 // for spiffe://<td>/admin/owner with role owner, 1 year), and pki-bundle.json
 // with the three pins. Private keys are PKCS#8 PEM, mode 0600, except
 // those [InitOptions.ExternalKeys] makes, whose references are written to
@@ -384,12 +383,8 @@ func makeInitFiles(o InitOptions) (files []initFile, external []*ExternalKey, bu
 		initFile{JoinEncryptionKeyFile, encPEM, PrivateKeyMode},
 		initFile{JoinEncryptionJWKFile, append(jwk, '\n'), PublicFileMode})
 
-	adminCA, adminCAKey, err := makeSubCA(root, rootKey, "admin CA", td, o.Now)
+	adminCA, adminCAKey, err := subCA(KeyAdminCA, AdminCACertFile)
 	if err != nil {
-		return nil, external, nil, err
-	}
-	addCerts(AdminCACertFile, adminCA)
-	if err := addFileKey(AdminCAKeyFile, adminCAKey); err != nil {
 		return nil, external, nil, err
 	}
 	ownerKey, err := GenerateKey()

@@ -24,10 +24,11 @@ const (
 	KeyServingCA   KeyUse = "serving-ca"
 	KeyServing     KeyUse = "serving"
 	KeyJoinSigning KeyUse = "join-signing"
+	KeyAdminCA     KeyUse = "admin-ca"
 )
 
 // KeyUses lists every [KeyUse], in the order [Init] makes the keys.
-var KeyUses = []KeyUse{KeyRootCA, KeyNodeCA, KeyDevIDCA, KeyServingCA, KeyServing, KeyJoinSigning}
+var KeyUses = []KeyUse{KeyRootCA, KeyNodeCA, KeyDevIDCA, KeyServingCA, KeyServing, KeyJoinSigning, KeyAdminCA}
 
 // keyDescriptions name each use for people.
 var keyDescriptions = map[KeyUse]string{
@@ -37,6 +38,7 @@ var keyDescriptions = map[KeyUse]string{
 	KeyServingCA:   "serving CA",
 	KeyServing:     "serving (TLS)",
 	KeyJoinSigning: "JoinService signing",
+	KeyAdminCA:     "admin CA",
 }
 
 // ParseKeyUse parses the name of a use ("node-ca", …).

@@ -152,7 +152,7 @@ func TestReadKeyRefRefusesBadReferences(t *testing.T) {
 		})
 	}
 	t.Run("an unknown use is refused by name", func(t *testing.T) {
-		_, err := ParseKeyUse("admin-ca")
-		wantErr(t, err, nil, `key use "admin-ca" is not one of root-ca, node-ca, devid-ca, serving-ca, serving, join-signing`)
+		_, err := ParseKeyUse("audit-ca")
+		wantErr(t, err, nil, `key use "audit-ca" is not one of root-ca, node-ca, devid-ca, serving-ca, serving, join-signing, admin-ca`)
 	})
 }

@@ -1628,9 +1628,11 @@ func (x *RevokeAdminResponse) GetRevoked() []*AdminCredential {
 
 type ApplyInventoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The inventory file (YAML), at most 768 KiB.
-	File []byte `protobuf:"bytes,1,opt,name=file,proto3" json:"file,omitempty"`
-	// Plan only: report the changes, write nothing.
+	// The next piece of the inventory file (YAML), each at most 48 KiB; the
+	// pieces in order are the file, at most 16 MiB.
+	Chunk []byte `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// Plan only: report the changes, write nothing. Read from the first
+	// message.
 	DryRun        bool `protobuf:"varint,2,opt,name=dry_run,json=dryRun,proto3" json:"dry_run,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1666,9 +1668,9 @@ func (*ApplyInventoryRequest) Descriptor() ([]byte, []int) {
 	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{26}
 }
 
-func (x *ApplyInventoryRequest) GetFile() []byte {
+func (x *ApplyInventoryRequest) GetChunk() []byte {
 	if x != nil {
-		return x.File
+		return x.Chunk
 	}
 	return nil
 }
@@ -3037,9 +3039,9 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"T\n" +
 	"\x13RevokeAdminResponse\x12=\n" +
-	"\arevoked\x18\x01 \x03(\v2#.nodetrust.admin.v1.AdminCredentialR\arevoked\"D\n" +
-	"\x15ApplyInventoryRequest\x12\x12\n" +
-	"\x04file\x18\x01 \x01(\fR\x04file\x12\x17\n" +
+	"\arevoked\x18\x01 \x03(\v2#.nodetrust.admin.v1.AdminCredentialR\arevoked\"F\n" +
+	"\x15ApplyInventoryRequest\x12\x14\n" +
+	"\x05chunk\x18\x01 \x01(\fR\x05chunk\x12\x17\n" +
 	"\adry_run\x18\x02 \x01(\bR\x06dryRun\"E\n" +
 	"\tFieldDiff\x12\x14\n" +
 	"\x05field\x18\x01 \x01(\tR\x05field\x12\x10\n" +
@@ -3140,7 +3142,7 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"f\n" +
 	"\x13NodeHistoryResponse\x129\n" +
 	"\achanges\x18\x01 \x03(\v2\x1f.nodetrust.admin.v1.StateChangeR\achanges\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state2\xe7\f\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state2\xe9\f\n" +
 	"\x05Admin\x12^\n" +
 	"\vCreateToken\x12&.nodetrust.admin.v1.CreateTokenRequest\x1a'.nodetrust.admin.v1.CreateTokenResponse\x12[\n" +
 	"\n" +
@@ -3156,8 +3158,8 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\vCreateAdmin\x12&.nodetrust.admin.v1.CreateAdminRequest\x1a'.nodetrust.admin.v1.CreateAdminResponse\x12[\n" +
 	"\n" +
 	"ListAdmins\x12%.nodetrust.admin.v1.ListAdminsRequest\x1a&.nodetrust.admin.v1.ListAdminsResponse\x12^\n" +
-	"\vRevokeAdmin\x12&.nodetrust.admin.v1.RevokeAdminRequest\x1a'.nodetrust.admin.v1.RevokeAdminResponse\x12g\n" +
-	"\x0eApplyInventory\x12).nodetrust.admin.v1.ApplyInventoryRequest\x1a*.nodetrust.admin.v1.ApplyInventoryResponse\x12m\n" +
+	"\vRevokeAdmin\x12&.nodetrust.admin.v1.RevokeAdminRequest\x1a'.nodetrust.admin.v1.RevokeAdminResponse\x12i\n" +
+	"\x0eApplyInventory\x12).nodetrust.admin.v1.ApplyInventoryRequest\x1a*.nodetrust.admin.v1.ApplyInventoryResponse(\x01\x12m\n" +
 	"\x10ListDeclarations\x12+.nodetrust.admin.v1.ListDeclarationsRequest\x1a,.nodetrust.admin.v1.ListDeclarationsResponse\x12^\n" +
 	"\vListChanges\x12&.nodetrust.admin.v1.ListChangesRequest\x1a'.nodetrust.admin.v1.ListChangesResponse\x12[\n" +
 	"\n" +

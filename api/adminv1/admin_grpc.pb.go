@@ -68,9 +68,9 @@ type AdminClient interface {
 	// RevokeAdmin revokes every credential of a name (owner only).
 	RevokeAdmin(ctx context.Context, in *RevokeAdminRequest, opts ...grpc.CallOption) (*RevokeAdminResponse, error)
 	// ApplyInventory plans (dry_run) or applies an inventory file
-	// (docs/inventory.md). An invalid file is INVALID_ARGUMENT listing every
-	// error by line, and changes nothing.
-	ApplyInventory(ctx context.Context, in *ApplyInventoryRequest, opts ...grpc.CallOption) (*ApplyInventoryResponse, error)
+	// (docs/inventory.md), sent in pieces. An invalid file is
+	// INVALID_ARGUMENT listing every error by line, and changes nothing.
+	ApplyInventory(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ApplyInventoryRequest, ApplyInventoryResponse], error)
 	// ListDeclarations lists the declared inventory with each device's state.
 	ListDeclarations(ctx context.Context, in *ListDeclarationsRequest, opts ...grpc.CallOption) (*ListDeclarationsResponse, error)
 	// ListChanges lists the inventory's changelog: who wrote each field.
@@ -202,15 +202,18 @@ func (c *adminClient) RevokeAdmin(ctx context.Context, in *RevokeAdminRequest, o
 	return out, nil
 }
 
-func (c *adminClient) ApplyInventory(ctx context.Context, in *ApplyInventoryRequest, opts ...grpc.CallOption) (*ApplyInventoryResponse, error) {
+func (c *adminClient) ApplyInventory(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ApplyInventoryRequest, ApplyInventoryResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ApplyInventoryResponse)
-	err := c.cc.Invoke(ctx, Admin_ApplyInventory_FullMethodName, in, out, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Admin_ServiceDesc.Streams[0], Admin_ApplyInventory_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	return out, nil
+	x := &grpc.GenericClientStream[ApplyInventoryRequest, ApplyInventoryResponse]{ClientStream: stream}
+	return x, nil
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_ApplyInventoryClient = grpc.ClientStreamingClient[ApplyInventoryRequest, ApplyInventoryResponse]
 
 func (c *adminClient) ListDeclarations(ctx context.Context, in *ListDeclarationsRequest, opts ...grpc.CallOption) (*ListDeclarationsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -286,9 +289,9 @@ type AdminServer interface {
 	// RevokeAdmin revokes every credential of a name (owner only).
 	RevokeAdmin(context.Context, *RevokeAdminRequest) (*RevokeAdminResponse, error)
 	// ApplyInventory plans (dry_run) or applies an inventory file
-	// (docs/inventory.md). An invalid file is INVALID_ARGUMENT listing every
-	// error by line, and changes nothing.
-	ApplyInventory(context.Context, *ApplyInventoryRequest) (*ApplyInventoryResponse, error)
+	// (docs/inventory.md), sent in pieces. An invalid file is
+	// INVALID_ARGUMENT listing every error by line, and changes nothing.
+	ApplyInventory(grpc.ClientStreamingServer[ApplyInventoryRequest, ApplyInventoryResponse]) error
 	// ListDeclarations lists the declared inventory with each device's state.
 	ListDeclarations(context.Context, *ListDeclarationsRequest) (*ListDeclarationsResponse, error)
 	// ListChanges lists the inventory's changelog: who wrote each field.
@@ -343,8 +346,8 @@ func (UnimplementedAdminServer) ListAdmins(context.Context, *ListAdminsRequest) 
 func (UnimplementedAdminServer) RevokeAdmin(context.Context, *RevokeAdminRequest) (*RevokeAdminResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method RevokeAdmin not implemented")
 }
-func (UnimplementedAdminServer) ApplyInventory(context.Context, *ApplyInventoryRequest) (*ApplyInventoryResponse, error) {
-	return nil, status.Errorf(codes.Unimplemented, "method ApplyInventory not implemented")
+func (UnimplementedAdminServer) ApplyInventory(grpc.ClientStreamingServer[ApplyInventoryRequest, ApplyInventoryResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method ApplyInventory not implemented")
 }
 func (UnimplementedAdminServer) ListDeclarations(context.Context, *ListDeclarationsRequest) (*ListDeclarationsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListDeclarations not implemented")
@@ -580,23 +583,12 @@ func _Admin_RevokeAdmin_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
-func _Admin_ApplyInventory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ApplyInventoryRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(AdminServer).ApplyInventory(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: Admin_ApplyInventory_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(AdminServer).ApplyInventory(ctx, req.(*ApplyInventoryRequest))
-	}
-	return interceptor(ctx, in, info, handler)
+func _Admin_ApplyInventory_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(AdminServer).ApplyInventory(&grpc.GenericServerStream[ApplyInventoryRequest, ApplyInventoryResponse]{ServerStream: stream})
 }
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Admin_ApplyInventoryServer = grpc.ClientStreamingServer[ApplyInventoryRequest, ApplyInventoryResponse]
 
 func _Admin_ListDeclarations_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListDeclarationsRequest)
@@ -740,10 +732,6 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Admin_RevokeAdmin_Handler,
 		},
 		{
-			MethodName: "ApplyInventory",
-			Handler:    _Admin_ApplyInventory_Handler,
-		},
-		{
 			MethodName: "ListDeclarations",
 			Handler:    _Admin_ListDeclarations_Handler,
 		},
@@ -764,6 +752,12 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Admin_NodeHistory_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "ApplyInventory",
+			Handler:       _Admin_ApplyInventory_Handler,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "nodetrust/admin/v1/admin.proto",
 }

@@ -73,14 +73,14 @@ func TestPKCS11KeysSignJoinsAndRenewalsAndSurviveTheTokenGoingAway(t *testing.T)
 		if got := keyFiles(t, pkiDir); !slices.Equal(got, want) {
 			t.Errorf("private key files %v, want only %v", got, want)
 		}
-		for _, use := range []pki.KeyUse{pki.KeyRootCA, pki.KeyNodeCA, pki.KeyDevIDCA, pki.KeyServingCA, pki.KeyJoinSigning} {
+		for _, use := range []pki.KeyUse{pki.KeyRootCA, pki.KeyNodeCA, pki.KeyDevIDCA, pki.KeyServingCA, pki.KeyJoinSigning, pki.KeyAdminCA} {
 			ref, err := pki.ReadKeyRef(filepath.Join(pkiDir, use.RefFile()))
 			if err != nil || !strings.HasPrefix(ref, "pkcs11:token=fleet;object=nodetrust-"+string(use)+";id=") || strings.Contains(ref, softhsmtest.PIN) {
 				t.Errorf("%s = %q, %v", use.RefFile(), ref, err)
 			}
 		}
-		if n := tok.ObjectFiles(t); n != 10 {
-			t.Errorf("the token holds %d objects, want 10 (5 key pairs)", n)
+		if n := tok.ObjectFiles(t); n != 12 {
+			t.Errorf("the token holds %d objects, want 12 (6 key pairs)", n)
 		}
 	})
 

@@ -17,10 +17,11 @@ import (
 )
 
 // defaultTokenKeys are the keys a bare --pkcs11 URI puts in its token: the
-// CAs and the JoinService signing key. The serving CA and serving key go
-// there only when named (USE=URI): the serving key signs every TLS
-// handshake, and the serving CA signs admin credentials.
-var defaultTokenKeys = []pki.KeyUse{pki.KeyRootCA, pki.KeyNodeCA, pki.KeyDevIDCA, pki.KeyJoinSigning}
+// CAs (the admin CA among them) and the JoinService signing key. The
+// serving CA and serving key go there only when named (USE=URI): the
+// serving key signs every TLS handshake, so a token gone would stop every
+// connection, admin commands included.
+var defaultTokenKeys = []pki.KeyUse{pki.KeyRootCA, pki.KeyNodeCA, pki.KeyDevIDCA, pki.KeyJoinSigning, pki.KeyAdminCA}
 
 func initCommand() *cobra.Command {
 	var (
@@ -43,8 +44,8 @@ message gives the chmod or chown to run).
 --pkcs11 makes keys inside PKCS#11 tokens instead (RFC 7512 URIs) and writes only
 their certificates, pins and <use>.keyref files naming them:
 
-  --pkcs11 'pkcs11:token=fleet'                   the root CA, node CA, DevID CA and
-                                                  JoinService signing key in token
+  --pkcs11 'pkcs11:token=fleet'                   the root, node, DevID and admin CAs and
+                                                  the JoinService signing key in token
                                                   "fleet", labelled nodetrust-<use>;
                                                   object=P makes the labels P-<use>
   --pkcs11 'root-ca=pkcs11:token=offline;object=root'
@@ -54,8 +55,8 @@ their certificates, pins and <use>.keyref files naming them:
 A key gets a random id unless its URI names one (id=%02 — a YubiKey's PIV
 module picks the slot by id).
 
-Uses: root-ca, node-ca, devid-ca, serving-ca, serving, join-signing. The module
-and the PIN come from the URI (?module-path=…&pin-source=FILE) or from the
+Uses: root-ca, node-ca, devid-ca, admin-ca, serving-ca, serving, join-signing.
+The module and the PIN come from the URI (?module-path=…&pin-source=FILE) or from the
 [pkcs11] section of --config; never put a PIN on the command line.
 See docs/pki.md.`,
 		Args: cobra.NoArgs,

@@ -22,6 +22,7 @@ func TestParseKeyPlaces(t *testing.T) {
 			pki.KeyRootCA:  "offline/root",
 			pki.KeyNodeCA:  "online/fleet-node-ca",
 			pki.KeyDevIDCA: "online/fleet-devid-ca",
+			pki.KeyAdminCA: "online/fleet-admin-ca",
 			pki.KeyServing: "online/nodetrust-serving",
 		}
 		if len(places) != len(want) {
@@ -41,7 +42,7 @@ func TestParseKeyPlaces(t *testing.T) {
 	}{
 		{"two bare URIs", []string{"pkcs11:token=a", "pkcs11:token=b"}, "two URIs for the default keys"},
 		{"a use named twice", []string{"node-ca=file", "node-ca=pkcs11:token=a"}, "named twice"},
-		{"an unknown use", []string{"admin-ca=pkcs11:token=a"}, `key use "admin-ca"`},
+		{"an unknown use", []string{"audit-ca=pkcs11:token=a"}, `key use "audit-ca"`},
 		{"one id for several keys", []string{"pkcs11:token=a;id=%01"}, "names an id= for several keys"},
 		{"neither URI nor USE=", []string{"fleet"}, "neither a pkcs11: URI nor USE=URI"},
 		{"a PIN in the URI", []string{"pkcs11:token=a?pin-value=1"}, "a PIN must not sit in a URI"},

@@ -1,6 +1,7 @@
 package command
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -48,7 +49,7 @@ credential that is not a declarer, an entry of a retired node). It writes nothin
 				return err
 			}
 			defer done()
-			resp, err := client.ApplyInventory(ctx, &adminv1.ApplyInventoryRequest{File: data, DryRun: dryRun})
+			resp, err := sendInventory(ctx, client, data, dryRun)
 			if err != nil {
 				return rpcError(strings.Fields(use)[0]+" "+args[0], err)
 			}
@@ -61,6 +62,27 @@ credential that is not a declarer, an entry of a retired node). It writes nothin
 	}
 	f.register(c)
 	return c
+}
+
+// sendInventory sends data in pieces of inventory.ChunkBytes (at least
+// one, for an empty file) and returns the plan.
+func sendInventory(ctx context.Context, client adminv1.AdminClient, data []byte, dryRun bool) (*adminv1.ApplyInventoryResponse, error) {
+	stream, err := client.ApplyInventory(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for first := true; first || len(data) > 0; first = false {
+		n := min(len(data), inventory.ChunkBytes)
+		if err := stream.Send(&adminv1.ApplyInventoryRequest{Chunk: data[:n], DryRun: dryRun}); err != nil {
+			// The server's answer says why it stopped reading.
+			if _, rerr := stream.CloseAndRecv(); rerr != nil {
+				return nil, rerr
+			}
+			return nil, err
+		}
+		data = data[n:]
+	}
+	return stream.CloseAndRecv()
 }
 
 // readFile reads an inventory file ("-" is standard input), bounded.

@@ -15,8 +15,12 @@ import (
 
 // Bounds of an inventory file.
 const (
-	// MaxFileBytes bounds a file; it travels in one admin call.
-	MaxFileBytes = 768 << 10
+	// MaxFileBytes bounds a file (MaxNodes entries fit); it travels in
+	// pieces of ChunkBytes in one admin call.
+	MaxFileBytes = 16 << 20
+	// ChunkBytes is the largest piece of a file in one message, within the
+	// control plane's per-message limit.
+	ChunkBytes = 48 << 10
 	// MaxNodes bounds the entries of a file.
 	MaxNodes = 20000
 	// maxListed bounds the errors a ParseError lists.

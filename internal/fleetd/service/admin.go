@@ -90,9 +90,23 @@ func (s *Server) authorizeAdmin(ctx context.Context, req any, info *grpc.UnarySe
 	if err != nil {
 		return nil, err
 	}
+	ctx, finish, err := s.admitAdmin(ctx, id, method, req)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := h(ctx, req)
+	finish(err)
+	return resp, err
+}
+
+// admitAdmin checks that the credential id may make the call of method
+// with req (an Admin method's role rule), and audits and counts a
+// refusal. It returns the call's context, which carries id, and finish,
+// which audits and counts the call's outcome.
+func (s *Server) admitAdmin(ctx context.Context, id adminIdentity, method string, req any) (context.Context, func(error), error) {
 	rule, ok := adminActions[method]
 	if !ok {
-		return nil, refused(codes.PermissionDenied, "Admin method %s has no role rule", method)
+		return nil, nil, refused(codes.PermissionDenied, "Admin method %s has no role rule", method)
 	}
 	action := rule(req)
 	now := s.cfg.Now()
@@ -101,14 +115,15 @@ func (s *Server) authorizeAdmin(ctx context.Context, req any, info *grpc.UnarySe
 		_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: "admin:" + id.name, Action: "admin.refused", Subject: method, Detail: msg})
 		s.metrics.adminCall(method, "refused")
 		s.log.WarnContext(ctx, "admin call refused", logkey.Admin, id.name, "role", string(id.role), "method", method)
-		return nil, refused(codes.PermissionDenied, "%s", msg)
+		return nil, nil, refused(codes.PermissionDenied, "%s", msg)
 	}
-	resp, err := h(context.WithValue(ctx, adminKey{}, id), req)
-	outcome := codeOf(err).String()
-	s.metrics.adminCall(method, outcome)
-	_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: "admin:" + id.name, Action: "admin.call", Subject: method,
-		Detail: fmt.Sprintf("role %s: %s", id.role, outcome)})
-	return resp, err
+	finish := func(err error) {
+		outcome := codeOf(err).String()
+		s.metrics.adminCall(method, outcome)
+		_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: "admin:" + id.name, Action: "admin.call", Subject: method,
+			Detail: fmt.Sprintf("role %s: %s", id.role, outcome)})
+	}
+	return context.WithValue(ctx, adminKey{}, id), finish, nil
 }
 
 // adminFromPeer finds the admin credential of the call's TLS connection:

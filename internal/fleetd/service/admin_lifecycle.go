@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"time"
@@ -122,12 +123,57 @@ func (a *adminService) RevokeAdmin(ctx context.Context, req *adminv1.RevokeAdmin
 	return out, nil
 }
 
-func (a *adminService) ApplyInventory(ctx context.Context, req *adminv1.ApplyInventoryRequest) (*adminv1.ApplyInventoryResponse, error) {
+// ApplyInventory takes the inventory file in pieces (each within the
+// per-message limit, at most inventory.MaxFileBytes in all), from a caller
+// whose credential may plan (dry_run) or apply: the credential is checked
+// before any piece is read, its role with the first.
+func (a *adminService) ApplyInventory(stream adminv1.Admin_ApplyInventoryServer) error {
 	s := a.s
-	if _, ok := s.cfg.Inventory.(inventory.StoreSource); !ok && !req.DryRun {
+	ctx := stream.Context()
+	id, err := s.adminFromPeer(ctx)
+	if err != nil {
+		return err
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	ctx, finish, err := s.admitAdmin(ctx, id, "ApplyInventory", first)
+	if err != nil {
+		return err
+	}
+	file := first.Chunk
+	for {
+		m, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			finish(err)
+			return err
+		}
+		if len(file)+len(m.Chunk) > inventory.MaxFileBytes {
+			err := refused(codes.InvalidArgument, "the inventory file is larger than %d bytes", inventory.MaxFileBytes)
+			finish(err)
+			return err
+		}
+		file = append(file, m.Chunk...)
+	}
+	resp, err := a.applyInventory(ctx, file, first.DryRun)
+	finish(err)
+	if err != nil {
+		return err
+	}
+	return stream.SendAndClose(resp)
+}
+
+// applyInventory plans (dryRun) or applies an inventory file.
+func (a *adminService) applyInventory(ctx context.Context, data []byte, dryRun bool) (*adminv1.ApplyInventoryResponse, error) {
+	s := a.s
+	if _, ok := s.cfg.Inventory.(inventory.StoreSource); !ok && !dryRun {
 		return nil, refused(codes.FailedPrecondition, "declarations come from %s ([inventory] source): declare machines there", s.cfg.Inventory.Name())
 	}
-	desired, err := inventory.Parse(req.File, s.cfg.InventoryClasses)
+	desired, err := inventory.Parse(data, s.cfg.InventoryClasses)
 	if err != nil {
 		return nil, refused(codes.InvalidArgument, "%v", err)
 	}
@@ -159,7 +205,7 @@ func (a *adminService) ApplyInventory(ctx context.Context, req *adminv1.ApplyInv
 		}
 		out.Changes = append(out.Changes, dc)
 	}
-	if req.DryRun || plan.Empty() {
+	if dryRun || plan.Empty() {
 		return out, nil
 	}
 	err = s.cfg.Store.ApplyInventory(ctx, store.InventoryWrite{Writes: plan.Writes, Changes: plan.Changes,
