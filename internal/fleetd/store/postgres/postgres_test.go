@@ -249,3 +249,11 @@ func mustJoin(t *testing.T, db *DB, id, serial string) {
 		t.Fatalf("join %s: %v", id, err)
 	}
 }
+
+// TestRenewalLimitAcrossReplicas races renewals of one node through two
+// stores on one database, as two replicas would: the limit holds.
+func TestRenewalLimitAcrossReplicas(t *testing.T) {
+	c := pgtest.Start(t)
+	dsn := c.NewDatabase(t)
+	storetest.RenewalLimitRace(t, open(t, dsn), open(t, dsn))
+}

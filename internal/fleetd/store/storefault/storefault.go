@@ -213,6 +213,14 @@ func (f *Store) CountCerts(ctx context.Context, nodeID string, since time.Time) 
 	return f.Store.CountCerts(ctx, nodeID, since)
 }
 
+// RecordRenewalLimited implements store.Store.
+func (f *Store) RecordRenewalLimited(ctx context.Context, c store.Cert, limit store.RenewalLimit, audit *store.AuditEvent) error {
+	if err := f.enter(ctx, "RecordRenewalLimited"); err != nil {
+		return err
+	}
+	return f.Store.RecordRenewalLimited(ctx, c, limit, audit)
+}
+
 // RenewalTimes implements store.Store.
 func (f *Store) RenewalTimes(ctx context.Context, nodeID string, since time.Time) ([]time.Time, error) {
 	if err := f.enter(ctx, "RenewalTimes"); err != nil {
