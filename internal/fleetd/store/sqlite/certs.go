@@ -115,7 +115,7 @@ type renewalCall struct {
 	limit                   *store.RenewalLimit
 	gen                     int64
 	notAfter, issued, since sql.NullInt64
-	certVals, auditVals []any
+	certVals, auditVals     []any
 }
 
 func (call *renewalCall) String() string {
