@@ -160,6 +160,54 @@ func (s *Swtpm) start(t testing.TB, script string) {
 	t.Fatalf("start swtpm: %v", lastErr)
 }
 
+// Twin starts a second swtpm on a copy of s's state: the same seeds, so
+// the same EK, EK certificates and keys, as a TPM whose state was copied
+// would have. Nothing may use s while its state is copied. The twin stops
+// when the test ends.
+func (s *Swtpm) Twin(t testing.TB) *Swtpm {
+	t.Helper()
+	script, err := scriptPath("swtpm-start.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := scriptPath("swtpm-stop.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := &Swtpm{Dir: t.TempDir()}
+	err = filepath.WalkDir(s.Dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(s.Dir, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(tw.Dir, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o700)
+		case !d.Type().IsRegular(), strings.HasSuffix(d.Name(), ".pid"), strings.HasSuffix(d.Name(), ".lock"), strings.HasSuffix(d.Name(), ".log"):
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o600)
+	})
+	if err != nil {
+		t.Fatalf("copy the swtpm state: %v", err)
+	}
+	tw.start(t, script)
+	t.Cleanup(func() {
+		if out, err := exec.Command("bash", stop, tw.Dir).CombinedOutput(); err != nil {
+			t.Errorf("stop swtpm: %v\n%s", err, out)
+		}
+	})
+	return tw
+}
+
 // Restart stops swtpm and starts it again on the same state, as a reboot
 // does: the TPM keeps its seeds and NV, and loses its transient objects and
 // PCR values. The port may change.
