@@ -36,9 +36,10 @@ type Config struct {
 	// comma-separated, are replicas on one database: each connection takes
 	// the next, admin calls go to the first.
 	Server string
-	// ServerPID is the running server's process; 0 looks for the local
-	// process listening on the server's port.
-	ServerPID int
+	// ServerPIDs are the running server's processes (one per replica:
+	// the server columns sum them); none looks for the local process
+	// listening on the first address's port.
+	ServerPIDs []int
 	// KEM is the join encryption KEM of a started server.
 	KEM string
 	// PKCS11 are the --pkcs11 values a started server's fleetd init gets
@@ -152,7 +153,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&c.Fleetd, "fleetd", "", "fleetd binary to start (default: fleetd next to this program, else in PATH)")
 	fs.StringVar(&c.ServerConfig, "config", "", "target the running server of this fleetd.toml instead of starting one")
 	fs.StringVar(&c.Server, "server", "", "with --config: the server's address, when not the one in fleetd.toml; several, comma-separated, for replicas on one database (connections take them in turn; admin calls go to the first)")
-	fs.IntVar(&c.ServerPID, "server-pid", 0, "with --config: the server's process id (default: the local process listening on its port)")
+	fs.IntSliceVar(&c.ServerPIDs, "server-pid", nil, "with --config: the server's process id; several, comma-separated, for replicas (the server columns sum them) (default: the local process listening on the first address's port)")
 	fs.StringVar(&c.KEM, "kem", pki.KEMP256, "join encryption KEM of the started server: p256 or mlkem768-p256")
 	fs.StringArrayVar(&c.PKCS11, "pkcs11", nil, "a started server makes its keys in a PKCS#11 token: passed to fleetd init --pkcs11 (repeatable; see docs/pki.md)")
 	fs.StringVar(&c.PKCS11Module, "pkcs11-module", "", "with --pkcs11: the PKCS#11 module, for the started server's [pkcs11] module")

@@ -30,9 +30,9 @@ import (
 type controlPlane struct {
 	addr   string
 	bundle *pki.Bundle
-	// pid is the server process, 0 when unknown (server columns stay
-	// empty).
-	pid          int
+	// pids are the server's processes (several for replicas), none when
+	// unknown (server columns stay empty).
+	pids         []int
 	started      bool
 	dir          string
 	renewalLimit int
@@ -143,7 +143,7 @@ func (cp *controlPlane) serve(ctx context.Context, bin string, c *Config) error 
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s serve: %w", bin, err)
 	}
-	cp.cmd, cp.pid = cmd, cmd.Process.Pid
+	cp.cmd, cp.pids = cmd, []int{cmd.Process.Pid}
 	cp.exited = make(chan struct{})
 	go func() { cp.waitErr = cmd.Wait(); close(cp.exited) }()
 	deadline := time.NewTimer(60 * time.Second)
@@ -205,7 +205,7 @@ func targetControlPlane(ctx context.Context, c *Config, warn func(string, ...any
 		return nil, err
 	}
 	pkiDir := cfg.Resolve(cfg.PKIDir)
-	cp := &controlPlane{addr: cfg.AdminAddress(), renewalLimit: cfg.RenewalLimit, pid: c.ServerPID}
+	cp := &controlPlane{addr: cfg.AdminAddress(), renewalLimit: cfg.RenewalLimit, pids: c.ServerPIDs}
 	if c.Server != "" {
 		cp.addr = c.Server
 	}
@@ -215,10 +215,15 @@ func targetControlPlane(ctx context.Context, c *Config, warn func(string, ...any
 	if c.Renewals > cp.renewalLimit {
 		warn("the server allows %d renewals per node in %s (renewal_limit), the run asks for %d: expect pushback errors", cp.renewalLimit, cfg.RenewalWindow.Duration, c.Renewals)
 	}
-	if cp.pid == 0 {
-		if cp.pid, err = findListenerPID(cp.first()); err != nil {
+	if len(cp.pids) == 0 {
+		pid, err := findListenerPID(cp.first())
+		if err != nil {
 			warn("%v; server CPU and memory are not reported", err)
-			cp.pid = 0
+		} else {
+			cp.pids = []int{pid}
+		}
+		if strings.Contains(cp.addr, ",") {
+			warn("several --server addresses and one --server-pid found (the first's): the server columns count that replica only; pass --server-pid with every replica's")
 		}
 	}
 	if err := cp.connect(ctx, pkiDir); err != nil {

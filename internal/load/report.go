@@ -39,6 +39,9 @@ type RunInfo struct {
 	Server  string `json:"server"`
 	Address string `json:"address"`
 	PID     int    `json:"pid,omitempty"`
+	// PIDs are the processes of several replicas, whose CPU time and
+	// memory the server columns sum (PID is then empty).
+	PIDs []int `json:"pids,omitempty"`
 	// NoFile is RLIMIT_NOFILE after raising it, inherited by a started
 	// server.
 	NoFile uint64 `json:"rlimit_nofile"`
@@ -252,6 +255,9 @@ func (r *Report) print(w io.Writer) {
 		ri.Nodes, ri.Concurrency, ri.Renewals, ri.Revoke, ri.Server, ri.Address)
 	if ri.PID > 0 {
 		fmt.Fprintf(w, " (pid %d)", ri.PID)
+	}
+	if len(ri.PIDs) > 0 {
+		fmt.Fprintf(w, " (pids %s; server columns summed)", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(ri.PIDs)), ", "), "[]"))
 	}
 	for _, k := range ri.TokenKeys {
 		fmt.Fprintf(w, "\nkey in a PKCS#11 token: %s", k)
