@@ -15,7 +15,7 @@ import (
 var hourLimit = store.RenewalLimit{Max: 3, Window: time.Hour}
 
 var renewalLimitCases = []testCase{
-	{"twenty concurrent renewals of one node under a limit of five: five recorded, the rest refused with the retry time", func(t *testing.T, s store.Store) {
+	{"twenty concurrent renewals of one node under a limit of five, one made before: four recorded, sixteen refused with the retry time", func(t *testing.T, s store.Store) {
 		RenewalLimitRace(t, s)
 	}},
 	{"the renewal limit slides with the window, counts only renewals, and only the node's", func(t *testing.T, s store.Store) {
@@ -97,11 +97,11 @@ var renewalLimitCases = []testCase{
 	}},
 }
 
-// RenewalLimitRace joins one node, then makes twenty renewals of it at
-// once under a limit of five, spread over stores (each a handle on the same
-// database: several replicas), and checks that exactly five are recorded
-// and each other one is refused with a *store.RenewalLimitError that
-// names the retry time, writing nothing.
+// RenewalLimitRace joins one node and renews it once, then makes twenty
+// renewals of it at once under a limit of five, spread over stores (each a
+// handle on the same database: several replicas), and checks that exactly
+// four are recorded and each other one is refused with a
+// *store.RenewalLimitError that names the retry time, writing nothing.
 func RenewalLimitRace(t *testing.T, stores ...store.Store) {
 	t.Helper()
 	const n = 20
