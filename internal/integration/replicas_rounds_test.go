@@ -28,10 +28,10 @@ import (
 // PostgreSQL database. A tpm challenge issued by replica a is answered
 // through replica b (driven at the gRPC level with the project's client
 // code and a swtpm: bcd keeps one connection for a join's rounds); a
-// reclaim by the same EK through replica b ends the old identity's session
-// held on replica a (real bcd); a join pending on replica a, approved
-// through b, completes through c once a and b are gone (real bcd, which
-// moves between the addresses it is given).
+// reclaim by the same EK through another replica ends the old identity's session
+// held on another replica (real bcd); a join pending on one replica,
+// approved through a second, completes through the third once the first
+// two are gone (real bcd, which moves between the addresses it is given).
 func TestJoinRoundsAndReclaimAcrossReplicas(t *testing.T) {
 	pg := pgtest.Start(t)
 	swSplit, swReclaim, swApproval := tpmtest.StartSwtpm(t), tpmtest.StartSwtpm(t), tpmtest.StartSwtpm(t)
@@ -67,7 +67,7 @@ func TestJoinRoundsAndReclaimAcrossReplicas(t *testing.T) {
 		}
 	})
 
-	t.Run("a reclaim by the same EK through replica b ends the old session held on replica a", func(t *testing.T) {
+	t.Run("a reclaim by the same EK through another replica ends the old session", func(t *testing.T) {
 		m1 := newMachine(t, a, "", "tpm = \""+swReclaim.Spec()+"\"\n")
 		tok := a.token(t, "--role", "gpu")
 		r := run(t, tok, m1.env(), "bcd", "join", "--config", m1.cfg, "--attestor", "tpm")
@@ -82,49 +82,60 @@ func TestJoinRoundsAndReclaimAcrossReplicas(t *testing.T) {
 		old := startAgent(t, m1)
 		old.waitFor(t, sessionOpenRE, 60*time.Second)
 		waitLog(t, func() bool { return f.holder(node) >= 0 }, "a replica to log the session of "+node)
-		if h := f.holder(node); h != 0 {
-			t.Fatalf("the session of %s is on replica %d, want a", node, h)
-		}
+		holder := f.replicas[f.holder(node)]
+		other := f.replicas[(f.holder(node)+1)%len(f.replicas)]
 
-		m2 := newMachine(t, b, "", "tpm = \""+twin.Spec()+"\"\n")
+		m2 := newMachine(t, other, "", "tpm = \""+twin.Spec()+"\"\n")
 		r = run(t, "", m2.env(), "bcd", "join", "--config", m2.cfg, "--attestor", "tpm")
 		mm = joinedRE.FindStringSubmatch(r.stdout)
 		if r.code != 0 || mm == nil || mm[1] != node {
-			t.Fatalf("the same EK joining through replica b: %s, want node %s reclaimed", r, node)
+			t.Fatalf("the same EK joining through another replica: %s, want node %s reclaimed", r, node)
 		}
-		waitLogRE(t, b, regexp.MustCompile(`msg="node joined" node_id=`+regexp.QuoteMeta(node)+` .*reclaim=true identity_generation=2`), "replica b to log the reclaim")
+		waitLogRE(t, other, regexp.MustCompile(`msg="node joined" node_id=`+regexp.QuoteMeta(node)+` .*reclaim=true identity_generation=2`), "the other replica to log the reclaim")
 		old.waitFor(t, revokedRE, 30*time.Second)
 		if code := old.wait(t, 30*time.Second); code != 1 {
 			t.Errorf("the old identity's bcd node exited %d, want 1", code)
 		}
-		waitLogRE(t, a, regexp.MustCompile(`msg="session ended by a revocation from another replica" node_id=`+regexp.QuoteMeta(node)+` identity_generation=2 reason=reclaimed`),
-			"replica a to log that the reclaim through another replica ended the session")
+		waitLogRE(t, holder, regexp.MustCompile(`msg="session ended by a revocation from another replica" node_id=`+regexp.QuoteMeta(node)+` identity_generation=2 reason=reclaimed`),
+			"the session's replica to log that the reclaim through another replica ended it")
 	})
 
-	t.Run("a join pending on replica a, approved through b, completes through c", func(t *testing.T) {
-		// The machine knows all three addresses, a first.
+	t.Run("a join pending on one replica, approved through a second, completes through the third", func(t *testing.T) {
+		// The machine knows all three addresses; bcd takes them in a
+		// random order.
 		m := newMachine(t, a, "", "servers = [\""+b.addr+"\", \""+c.addr+"\"]\ntpm = \""+swApproval.Spec()+"\"\n[join]\nattestor = \"tpm\"\n")
 		tok := a.token(t, "--role", "worker", "--require-approval")
 		j := startJoin(t, m, tok)
 		j.waitFor(t, regexp.MustCompile(`^bcd: waiting for the control plane's approval`), 60*time.Second)
-		waitLogRE(t, a, regexp.MustCompile(`msg="join waiting for approval"`), "replica a to log the pending join")
-		// Freeze a, so that no poll reaches it after the approval: the
-		// join must finish elsewhere.
-		if err := a.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		pendingRE := regexp.MustCompile(`msg="join waiting for approval"`)
+		p := -1
+		waitLog(t, func() bool {
+			for i, cp := range f.replicas {
+				if pendingRE.MatchString(cp.log.String()) {
+					p = i
+				}
+			}
+			return p >= 0
+		}, "a replica to log the pending join")
+		pending, approver, third := f.replicas[p], f.replicas[(p+1)%3], f.replicas[(p+2)%3]
+		// Freeze the pending join's replica, so that no poll reaches it
+		// after the approval: the join must finish elsewhere.
+		if err := pending.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		node := approvePending(t, b, m)
-		b.kill(t)
-		a.kill(t)
+		node := approvePending(t, approver, m)
+		approver.kill(t)
+		pending.kill(t)
 		j.waitFor(t, regexp.MustCompile(`^joined as `+regexp.QuoteMeta(node)+` `), 90*time.Second)
 		if code := j.wait(t, 30*time.Second); code != 0 {
 			t.Errorf("bcd join exited %d:\n%s", code, j.log)
 		}
-		if got := nodeJoinedOn(t, c, "tpm"); got != node {
-			t.Errorf("replica c logged the join of %s, want %s", got, node)
+		if got := nodeJoinedOn(t, third, "tpm"); got != node {
+			t.Errorf("the third replica logged the join of %s, want %s", got, node)
 		}
-		// After the approval the TPM proved itself again, to c.
-		waitLogRE(t, c, regexp.MustCompile(`msg="tpm challenge" round=1`), "replica c to log a challenge round after the approval")
+		// After the approval the TPM proved itself again, to the third.
+		waitLogRE(t, third, regexp.MustCompile(`msg="tpm challenge" round=1`), "the third replica to log a challenge round after the approval")
+		t.Logf("pending on replica %d, approved through replica %d, completed through replica %d", p, (p+1)%3, (p+2)%3)
 	})
 }
 
