@@ -34,8 +34,11 @@ signature does not verify. Warnings: the same certificate in two files, a
 certificate that ends within 90 days, an intermediate whose issuer is not in
 the folder. Exit status: 0 without errors, 1 with errors, 2 for a
 command-line mistake.`,
-		Args: cobra.ExactArgs(1),
+		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return cli.Usagef("ek-roots check needs one folder: fleetd ek-roots check DIR")
+			}
 			b, err := ekroots.Load(args[0], time.Now())
 			if err != nil {
 				return err
