@@ -16,6 +16,7 @@ import (
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/ekroots"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
@@ -203,10 +204,10 @@ func logTokenChange(log *slog.Logger, ev pkcs11key.Event) {
 		logkey.PKCS11Token, ev.Token, logkey.PKCS11Module, ev.Module, logkey.Error, ev.Err)
 }
 
-// ekVerifier builds the EK certificate verifier from tpm.ek_roots, or nil
-// when none are configured.
+// ekVerifier builds the EK certificate verifier from tpm.ek_roots and
+// tpm.ek_roots_dir, or nil when neither is configured.
 func ekVerifier(cfg *config.Fleetd) (*attest.Verifier, error) {
-	if len(cfg.TPM.EKRoots) == 0 {
+	if len(cfg.TPM.EKRoots) == 0 && cfg.TPM.EKRootsDir == "" {
 		return nil, nil
 	}
 	roots, err := certPool(cfg, "tpm.ek_roots", cfg.TPM.EKRoots)
@@ -216,6 +217,24 @@ func ekVerifier(cfg *config.Fleetd) (*attest.Verifier, error) {
 	inter, err := certPool(cfg, "tpm.ek_intermediates", cfg.TPM.EKIntermediates)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.TPM.EKRootsDir != "" {
+		dir := cfg.Resolve(cfg.TPM.EKRootsDir)
+		b, err := ekroots.Load(dir, time.Now())
+		if err != nil {
+			return nil, fmt.Errorf("tpm.ek_roots_dir: %w", err)
+		}
+		if b.HasErrors() {
+			return nil, fmt.Errorf("tpm.ek_roots_dir: the bundle %s has errors (fleetd ek-roots check %s says more): %w", dir, dir, b.Errors())
+		}
+		for _, e := range b.Entries {
+			switch e.Kind {
+			case ekroots.Root:
+				roots.AddCert(e.Cert)
+			case ekroots.Intermediate:
+				inter.AddCert(e.Cert)
+			}
+		}
 	}
 	return attest.New(attest.Config{Roots: roots, Intermediates: inter})
 }

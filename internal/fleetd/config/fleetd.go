@@ -66,6 +66,11 @@ type TPM struct {
 	EKRoots []string `toml:"ek_roots"`
 	// EKIntermediates are PEM files of manufacturer intermediates.
 	EKIntermediates []string `toml:"ek_intermediates"`
+	// EKRootsDir is a folder of vendor CA certificates (roots and
+	// intermediates, told apart by fleetd): the manufacturer root bundle
+	// `fleetd ek-roots check` checks. It adds to EKRoots and
+	// EKIntermediates; a bundle with an error stops the start.
+	EKRootsDir string `toml:"ek_roots_dir"`
 	// ChallengeTTL is how long a challenge round may be answered.
 	ChallengeTTL Duration `toml:"challenge_ttl"`
 }
