@@ -97,6 +97,9 @@ func RunNode(ctx context.Context, o NodeOptions) error {
 		RenewFraction: cfg.Renewal.Fraction,
 		BackoffMin:    cfg.Renewal.BackoffMin.Duration,
 		BackoffMax:    cfg.Renewal.BackoffMax.Duration,
+
+		BootCheckInterval: cfg.BootCheck.Interval.Duration,
+		EventLogPath:      cfg.BootCheck.EventLog,
 	}
 	if o.CrashAfter != "" {
 		nc.AfterStore = func(step string) {
