@@ -497,10 +497,10 @@ type renewal struct {
 	// attested is req with the boot evidence over the session's nonce,
 	// for a certificate that names an AK.
 	attested *gatewayv1.AttestedRenew
-	key     crypto.Signer
-	keyPEM  []byte
-	keyKind string
-	csrHash []byte
+	key      crypto.Signer
+	keyPEM   []byte
+	keyKind  string
+	csrHash  []byte
 }
 
 // startRenewal makes the next key, stores it as node.key.next, and builds

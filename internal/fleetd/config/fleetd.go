@@ -53,7 +53,7 @@ type Fleetd struct {
 	BootPolicy BootPolicy `toml:"boot_policy"`
 	// Actuator receives cordon requests (docs/boot-policy.md).
 	Actuator Actuator `toml:"actuator"`
-	PKCS11     PKCS11     `toml:"pkcs11"`
+	PKCS11   PKCS11   `toml:"pkcs11"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
