@@ -306,8 +306,8 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 			if err := stream.Send(&gatewayv1.SessionResponse{Id: probeID, Body: &gatewayv1.SessionResponse_Nonce{Nonce: bn}}); err != nil {
 				return err
 			}
-		case <-book.expiry(s.cfg.Now()):
-			s.unanswered(ctx, sess.nodeID, ignoredTimeout, book.expire(s.cfg.Now()))
+		case <-book.expiry(time.Now()):
+			s.unanswered(ctx, sess.nodeID, ignoredTimeout, book.expire(time.Now()))
 		case ack := <-sess.probes:
 			probeID++
 			probeAck = ack
@@ -361,7 +361,7 @@ func (g *gateway) handle(ctx context.Context, caller *authedNode, book *nonceBoo
 		if att.ev == nil {
 			att.ev = &gatewayv1.BootEvidence{}
 		}
-		if in, ok := book.take(att.ev.Nonce, gatewayv1.NoncePurpose_NONCE_PURPOSE_RENEWAL, g.s.cfg.Now()); ok {
+		if in, ok := book.take(att.ev.Nonce, gatewayv1.NoncePurpose_NONCE_PURPOSE_RENEWAL, time.Now()); ok {
 			att.nonce = in.nonce
 		} else {
 			g.s.boot.ignore(ignoredUnknownNonce)

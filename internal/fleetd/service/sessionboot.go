@@ -125,7 +125,8 @@ func (s *Server) unanswered(ctx context.Context, nodeID, reason string, ns []*is
 // to a NonceRequest (id is the request's) or a check the server asks for
 // (id 0: the caller numbers it).
 func (s *Server) giveNonce(book *nonceBook, purpose gatewayv1.NoncePurpose, waiter chan checkOutcome) (*gatewayv1.BootNonce, *issuedNonce, error) {
-	n, dropped, err := book.issue(purpose, s.cfg.Now().Add(s.cfg.BootCheckTimeout), waiter)
+	// Real time, not the injected clock: the deadline is a timer's.
+	n, dropped, err := book.issue(purpose, time.Now().Add(s.cfg.BootCheckTimeout), waiter)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -159,7 +160,7 @@ func (s *Server) nonceRequest(ctx context.Context, caller *authedNode, book *non
 // bootEvidence judges boot evidence that answers one of the session's
 // nonces, and acts on a failed verdict.
 func (s *Server) bootEvidence(ctx context.Context, caller *authedNode, book *nonceBook, ev *gatewayv1.BootEvidence) *gatewayv1.BootCheckResult {
-	in, ok := book.take(ev.Nonce, gatewayv1.NoncePurpose_NONCE_PURPOSE_BOOT_CHECK, s.cfg.Now())
+	in, ok := book.take(ev.Nonce, gatewayv1.NoncePurpose_NONCE_PURPOSE_BOOT_CHECK, time.Now())
 	var out checkOutcome
 	switch {
 	case in == nil:
