@@ -102,8 +102,10 @@ type NodeConfig struct {
 	// the control plane may also ask for it at any time.
 	BootCheckInterval time.Duration
 	// EventLogPath is the measurement log sent with the evidence
-	// (default DefaultEventLogPath).
+	// (default DefaultEventLogPath); NoEventLog sends none (a TPM that
+	// measured no boot of this host, such as swtpm).
 	EventLogPath string
+	NoEventLog   bool
 }
 
 func (c *NodeConfig) defaults() {

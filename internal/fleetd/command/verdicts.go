@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
+	"github.com/nodetrust/nodetrust/internal/cli"
 )
 
 func nodesVerdictsCommand() *cobra.Command {
@@ -75,4 +76,47 @@ func failedList(v *adminv1.Verdict) string {
 		parts[i] = r.Rule + ": " + r.Reason
 	}
 	return strings.Join(parts, "; ")
+}
+
+func nodesCheckCommand() *cobra.Command {
+	var f adminFlags
+	c := &cobra.Command{
+		Use:   "check ID",
+		Short: "Ask a node's live session for boot evidence now and show the verdict (owner, operator)",
+		Long: `check asks the node's live session, on the server that holds it, for a quote over a fresh
+nonce and its event log, as the hourly boot check does, and prints the verdict and what fleetd
+did: a failed worker is quarantined (a cordon requested of the actuator), a failed control-plane
+class only alerts (docs/boot-policy.md). A node without a live session there, or one that does
+not answer in time, gives no evidence: nothing changes. Exit status: 0 when the verdict passes,
+1 when it fails or there is none.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			client, ctx, done, err := f.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			resp, err := client.CheckNode(ctx, &adminv1.CheckNodeRequest{NodeId: args[0]})
+			if err != nil {
+				return rpcError("boot check of node "+args[0], err)
+			}
+			if f.json {
+				if err := printJSON(cmd.OutOrStdout(), resp); err != nil {
+					return err
+				}
+			} else {
+				v := resp.Verdict
+				fmt.Fprintf(cmd.OutOrStdout(), "node %s: boot %s (class %s, %s); action: %s\n", args[0], verdictResult(v), v.Class, v.Stage, resp.Action)
+				for _, r := range v.Failed {
+					fmt.Fprintf(cmd.OutOrStdout(), "  FAIL %s: %s\n", r.Rule, r.Reason)
+				}
+			}
+			if !resp.Verdict.Passed {
+				return &cli.ExitError{Code: cli.ExitFailure}
+			}
+			return nil
+		},
+	}
+	f.register(c)
+	return c
 }
