@@ -15,6 +15,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 )
@@ -249,6 +250,16 @@ type attestedRenewal struct {
 // names an AK (stage renewal). A failed verdict refuses the renewal and
 // quarantines the node; a control-plane class only alerts, and renews.
 func (s *Server) renewalBoot(ctx context.Context, cur *authedNode, keyAK []byte, att *attestedRenewal) error {
+	// The session's record of the node may be older than a quarantine: a
+	// node that does not renew is refused before its evidence is judged,
+	// so retries store no verdicts.
+	n, err := s.cfg.Store.GetNode(ctx, cur.node.ID)
+	if err != nil {
+		return unavailable("renewal", "renewal could not be checked; retry", fmt.Errorf("get node: %w", err), logkey.NodeID, cur.node.ID)
+	}
+	if n.Generation == cur.node.Generation && !lifecycle.May(n.State, lifecycle.Renew) {
+		return notRenewing(n)
+	}
 	if att == nil {
 		return refused(codes.FailedPrecondition, "the certificate names a TPM AK and fleetd checks boot policy: renew on the live session with a quote over a fresh nonce (bcd node does)")
 	}
