@@ -148,10 +148,7 @@ func (s *Server) judgeBoot(ctx context.Context, nodeID, class string, stage boot
 // log (when one is open).
 func (s *Server) storeVerdict(ctx context.Context, v *bootpolicy.Verdict, ev bootpolicy.Evidence) error {
 	if v.NodeID != "" {
-		sv := store.Verdict{NodeID: v.NodeID, Time: v.Time, Stage: string(v.Stage), Class: v.Class, Passed: v.Pass(), Policy: v.Policy}
-		for _, r := range failedRules(v) {
-			sv.Failed = append(sv.Failed, r)
-		}
+		sv := store.Verdict{NodeID: v.NodeID, Time: v.Time, Stage: string(v.Stage), Class: v.Class, Passed: v.Pass(), Policy: v.Policy, Failed: failedRules(v)}
 		if ev.Quote != nil {
 			sv.NonceSHA256, sv.QuoteSHA256 = sha256Hex(ev.Quote.Nonce), sha256Hex(ev.Quote.Attest)
 		}
