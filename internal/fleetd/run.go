@@ -10,15 +10,19 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fileperm"
+	"github.com/nodetrust/nodetrust/internal/fleetd/actuator"
+	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/ekroots"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
 	"github.com/nodetrust/nodetrust/internal/logkey"
@@ -90,7 +94,21 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	boot, err := openBootPolicy(cfg, dataDir, log)
+	if err != nil {
+		return err
+	}
+	if boot.log != nil {
+		defer boot.log.Close()
+	}
 	srv, err := service.New(service.Config{
+		BootPolicy:          boot.policies,
+		VerdictLog:          boot.log,
+		VerdictsKept:        cfg.BootPolicy.VerdictsKept,
+		ControlPlaneClasses: cfg.BootPolicy.ControlPlaneClasses,
+		BootCheckTimeout:    cfg.BootPolicy.BootCheckTimeout.Duration,
+		Actuator:            boot.actuator,
+
 		Limits:           limits,
 		EKVerifier:       ekVerifier,
 		ChallengeTTL:     cfg.TPM.ChallengeTTL.Duration,
@@ -320,4 +338,71 @@ func connectionLimits(cfg *config.Fleetd, nofile uint64, log *slog.Logger) (serv
 	l.MaxConns = room - httpShare
 	log.Info("max_connections lowered to fit the open-file limit", "max_connections", l.MaxConns, "http_max_connections", l.HTTPMaxConns, "nofile", nofile)
 	return l, nil
+}
+
+// bootWiring is what [boot_policy] and [actuator] make.
+type bootWiring struct {
+	policies *bootpolicy.Policies
+	log      *bootpolicy.VerdictLog
+	actuator actuator.Actuator
+}
+
+// openBootPolicy loads the boot policies when [boot_policy] names a
+// directory, failing closed: an unreadable directory or file, a class a
+// declaration may name (or the default worker, or a control-plane class)
+// without a policy, or a policy for a class no declaration may name (a
+// mistyped class) stops fleetd with a message naming it. It opens
+// verdicts.jsonl in data_dir and the actuator. Without [boot_policy] a tpm
+// join only checks that the event log replays, and there are no boot
+// checks.
+func openBootPolicy(cfg *config.Fleetd, dataDir string, log *slog.Logger) (bootWiring, error) {
+	var w bootWiring
+	if cfg.Actuator.WebhookURL != "" {
+		a, err := actuator.NewWebhook(actuator.WebhookConfig{URL: cfg.Actuator.WebhookURL, Timeout: cfg.Actuator.WebhookTimeout.Duration})
+		if err != nil {
+			return w, fmt.Errorf("actuator.webhook_url: %w", err)
+		}
+		w.actuator = a
+	}
+	if cfg.BootPolicy.Dir == "" {
+		log.Info("no [boot_policy] dir: tpm joins check only that the event log replays; no boot checks (docs/boot-policy.md)")
+		return w, nil
+	}
+	dir := cfg.Resolve(cfg.BootPolicy.Dir)
+	ps, err := bootpolicy.Load(bootpolicy.Config{Dir: dir})
+	if err != nil {
+		return w, fmt.Errorf("boot_policy.dir %s: %w; fix the policy files (fleetd policy check tests one) or remove [boot_policy] dir", dir, err)
+	}
+	classes := cfg.Inventory.Classes
+	if len(classes) == 0 {
+		classes = lifecycle.DefaultClasses
+	}
+	need := append([]string{service.DefaultClass}, classes...)
+	need = append(need, cfg.BootPolicy.ControlPlaneClasses...)
+	var missing, unknown []string
+	for _, c := range need {
+		if _, err := ps.Policy(c); err != nil && !slices.Contains(missing, c) {
+			missing = append(missing, c)
+		}
+	}
+	for _, c := range ps.Classes() {
+		if !slices.Contains(need, c) {
+			unknown = append(unknown, c)
+		}
+	}
+	if len(missing) > 0 {
+		return w, fmt.Errorf("boot_policy.dir %s has no policy for class %s: a machine of a class without a policy could never join; add a policy file for each (docs/boot-policy.md)",
+			dir, strings.Join(missing, ", "))
+	}
+	if len(unknown) > 0 {
+		return w, fmt.Errorf("boot_policy.dir %s has a policy for class %s, which no declaration may name (inventory.classes: %s): a mistyped class? rename it or add the class to inventory.classes",
+			dir, strings.Join(unknown, ", "), strings.Join(classes, ", "))
+	}
+	vl, err := bootpolicy.OpenVerdictLog(bootpolicy.VerdictLogConfig{Dir: dataDir, MaxBytes: cfg.BootPolicy.VerdictLogMaxBytes, Keep: cfg.BootPolicy.VerdictLogKeep})
+	if err != nil {
+		return w, fmt.Errorf("boot_policy: %w", err)
+	}
+	w.policies, w.log = ps, vl
+	log.Info("boot policy loaded", "dir", dir, "classes", strings.Join(ps.Classes(), ","), "verdict_log", vl.Path())
+	return w, nil
 }

@@ -1,8 +1,8 @@
 // Package bootpolicy decides whether a machine booted as its class's
 // policy allows (seed 003, "Attestation and admission" and "Runtime
 // identity and withdrawal"). It is fleetd's: `fleetd policy check` calls
-// it offline today; the tpm join, the renewal of a certificate that names
-// an AK and the hourly boot check are to call it from the service.
+// it offline; the service calls it for the tpm join, the renewal of a
+// certificate that names an AK and the hourly boot check.
 //
 // Policies are TOML files, one per machine class, in a directory that
 // fleetd.toml names; [Load] reads them all at start and fails on any

@@ -51,7 +51,9 @@ type Fleetd struct {
 	Limits    Limits    `toml:"limits"`
 	// BootPolicy configures measured boot (docs/boot-policy.md).
 	BootPolicy BootPolicy `toml:"boot_policy"`
-	PKCS11     PKCS11     `toml:"pkcs11"`
+	// Actuator receives cordon requests (docs/boot-policy.md).
+	Actuator Actuator `toml:"actuator"`
+	PKCS11   PKCS11   `toml:"pkcs11"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -157,6 +159,24 @@ type BootPolicy struct {
 	// many rotated files are kept (default 5, at most 100).
 	VerdictLogMaxBytes int64 `toml:"verdict_log_max_bytes"`
 	VerdictLogKeep     int   `toml:"verdict_log_keep"`
+	// VerdictsKept is how many verdicts the store keeps per node, for
+	// fleetd nodes verdicts (default 50).
+	VerdictsKept int `toml:"verdicts_kept"`
+	// ControlPlaneClasses are the classes whose failed boot checks only
+	// alert (default ["control-plane"]); any other class is quarantined.
+	ControlPlaneClasses []string `toml:"control_plane_classes"`
+	// BootCheckTimeout is how long a node has to answer a nonce with its
+	// boot evidence (default 1m); no answer is not evidence.
+	BootCheckTimeout Duration `toml:"boot_check_timeout"`
+}
+
+// Actuator says where cordon requests go when a worker is quarantined by
+// its boot policy (docs/boot-policy.md).
+type Actuator struct {
+	// WebhookURL receives each request as a JSON POST; empty: none.
+	WebhookURL string `toml:"webhook_url"`
+	// WebhookTimeout bounds one request (default 10s).
+	WebhookTimeout Duration `toml:"webhook_timeout"`
 }
 
 // PKCS11 says how to reach the PKCS#11 tokens that hold keys of the PKI
@@ -300,6 +320,18 @@ func (c *Fleetd) applyDefaults() {
 	if c.BootPolicy.VerdictLogKeep == 0 {
 		c.BootPolicy.VerdictLogKeep = bootpolicy.DefaultVerdictLogKeep
 	}
+	if c.BootPolicy.VerdictsKept == 0 {
+		c.BootPolicy.VerdictsKept = 50
+	}
+	if c.BootPolicy.ControlPlaneClasses == nil {
+		c.BootPolicy.ControlPlaneClasses = []string{"control-plane"}
+	}
+	if c.BootPolicy.BootCheckTimeout.Duration == 0 {
+		c.BootPolicy.BootCheckTimeout.Duration = time.Minute
+	}
+	if c.Actuator.WebhookTimeout.Duration == 0 {
+		c.Actuator.WebhookTimeout.Duration = 10 * time.Second
+	}
 	if c.Store.Driver == "" {
 		c.Store.Driver = "sqlite"
 		if c.Store.URL != "" {
@@ -372,6 +404,12 @@ func (c *Fleetd) Validate() error {
 	}
 	if n := c.BootPolicy.VerdictLogKeep; n < 1 || n > bootpolicy.MaxVerdictLogKeep {
 		return fmt.Errorf("boot_policy.verdict_log_keep: %d is outside 1..%d", n, bootpolicy.MaxVerdictLogKeep)
+	}
+	if n := c.BootPolicy.VerdictsKept; n < 1 || n > 10000 {
+		return fmt.Errorf("boot_policy.verdicts_kept: %d is outside 1..10000", n)
+	}
+	if d := c.BootPolicy.BootCheckTimeout.Duration; d < time.Second || d > time.Hour {
+		return fmt.Errorf("boot_policy.boot_check_timeout: %s is outside 1s..1h", d)
 	}
 	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
 		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)

@@ -254,7 +254,7 @@ func BenchmarkRenewVerify(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		n := nodes[i%len(nodes)]
 		r := reqs[i]
-		signed, rerr := s.renew(ctx, n.caller, &joinv1.RenewRequest{Csr: r.csr, Chain: n.chain, ClientTimeUnixNano: r.t, Proof: r.proof})
+		signed, rerr := s.renew(ctx, n.caller, &joinv1.RenewRequest{Csr: r.csr, Chain: n.chain, ClientTimeUnixNano: r.t, Proof: r.proof}, nil)
 		if rerr != nil {
 			b.Fatalf("renewal %d: %v", i, rerr)
 		}

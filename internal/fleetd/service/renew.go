@@ -30,7 +30,7 @@ func (j *joinService) Renew(ctx context.Context, req *joinv1.RenewRequest) (*joi
 	if err != nil {
 		return nil, err
 	}
-	signed, err := j.s.renew(ctx, caller, req)
+	signed, err := j.s.renew(ctx, caller, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -40,13 +40,17 @@ func (j *joinService) Renew(ctx context.Context, req *joinv1.RenewRequest) (*joi
 // renew checks a renewal from an authenticated caller and issues the next
 // certificate (seed 000, "Renewal"; DESIGN.md section 3), and counts the
 // outcome.
-func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, error) {
-	signed, err := s.renewOnce(ctx, caller, req)
+func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest, att *attestedRenewal) (*joinv1.SignedJoinResult, error) {
+	signed, err := s.renewOnce(ctx, caller, req, att)
 	s.metrics.renewal(codeOf(err))
 	return signed, err
 }
 
-func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, error) {
+// att is the boot evidence the renewal carries (nil for a plain renewal):
+// with boot policy, a certificate that names an AK renews only with a
+// quote by that AK over a nonce of this session that the policy of the
+// node's class accepts at renewal.
+func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest, att *attestedRenewal) (*joinv1.SignedJoinResult, error) {
 	now := s.cfg.Now()
 	if len(req.Chain) == 0 || len(req.Chain) > 8 {
 		return nil, refused(codes.InvalidArgument, "renewal needs the current chain, leaf first")
@@ -97,6 +101,11 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 		// current certificate names.
 		if err := checkKeyAttestation(req.KeyAttestation, cur.info.TPMAKName, csrHash[:], csr.PublicKey); err != nil {
 			return nil, err
+		}
+		if s.cfg.BootPolicy != nil {
+			if err := s.renewalBoot(ctx, cur, req.KeyAttestation.AkPublic, att); err != nil {
+				return nil, err
+			}
 		}
 	}
 

@@ -19,6 +19,8 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/actuator"
+	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/connlimit"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
@@ -80,12 +82,34 @@ type Config struct {
 	// Limits bound what hostile traffic costs; zero fields take
 	// DefaultLimits'.
 	Limits Limits
+
+	// BootPolicy, when set, judges every boot a TPM proves: tpm joins
+	// (intake), renewals of certificates that name an AK, and boot checks
+	// on the live session (docs/boot-policy.md). Nil keeps a tpm join's
+	// check to the event log's replay, and boot checks off.
+	BootPolicy *bootpolicy.Policies
+	// VerdictLog, when set, receives every verdict (verdicts.jsonl).
+	VerdictLog *bootpolicy.VerdictLog
+	// VerdictsKept is how many verdicts the store keeps per node (default
+	// DefaultVerdictsKept).
+	VerdictsKept int
+	// ControlPlaneClasses are the classes whose failed verdicts only
+	// alert (default control-plane); a failed verdict of any other class
+	// quarantines the node.
+	ControlPlaneClasses []string
+	// Actuator, when set, is asked to cordon a node quarantined by its
+	// boot policy.
+	Actuator actuator.Actuator
+	// BootCheckTimeout is how long a node has to answer a nonce with its
+	// evidence (default 1 minute); no answer is not evidence.
+	BootCheckTimeout time.Duration
 }
 
 // Server holds the control plane's services.
 type Server struct {
 	cfg       Config
 	metrics   *metrics
+	boot      *bootMetrics
 	sessions  *sessions
 	log       *slog.Logger
 	wellKnown []byte
@@ -152,6 +176,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxClaims <= 0 {
 		cfg.MaxClaims = 10000
 	}
+	if cfg.VerdictsKept <= 0 {
+		cfg.VerdictsKept = DefaultVerdictsKept
+	}
+	if cfg.ControlPlaneClasses == nil {
+		cfg.ControlPlaneClasses = []string{"control-plane"}
+	}
+	if cfg.BootCheckTimeout <= 0 {
+		cfg.BootCheckTimeout = time.Minute
+	}
 	cfg.Limits.applyDefaults()
 	logThrottle, err := throttle.New(throttle.Config{Window: cfg.Limits.RefusalLogWindow, Burst: cfg.Limits.RefusalLogBurst, Now: cfg.Now})
 	if err != nil {
@@ -183,6 +216,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.metrics = newMetrics(s)
+	s.boot = newBootMetrics(s.metrics.reg)
 	s.admission = &lifecycle.Admission{Store: cfg.Store, Source: cfg.Inventory, Required: cfg.InventoryRequired, AutoProvision: cfg.AutoProvision}
 	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, Now: cfg.Now,
 		Revoked: func(nodeID, reason string, gen uint64) bool {

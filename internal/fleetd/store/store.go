@@ -339,6 +339,9 @@ type Store interface {
 	// ListAudit returns the most recent audit events, newest first.
 	ListAudit(ctx context.Context, limit int) ([]AuditEvent, error)
 
+	// VerdictStore is the boot-policy verdict history (verdicts.go).
+	VerdictStore
+
 	// Close releases the store's resources.
 	Close() error
 }

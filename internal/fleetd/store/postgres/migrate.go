@@ -232,6 +232,22 @@ CREATE TABLE claims (
 );
 CREATE INDEX claims_last_seen ON claims (last_seen, key);
 `,
+	// 9: each node's boot-policy verdicts, the last few kept per node.
+	`
+CREATE TABLE verdicts (
+	seq          bigserial PRIMARY KEY,
+	node_id      text NOT NULL,
+	time         timestamptz,
+	stage        text NOT NULL,
+	class        text NOT NULL,
+	passed       boolean NOT NULL,
+	failed       jsonb NOT NULL,
+	policy       text NOT NULL,
+	nonce_sha256 text NOT NULL,
+	quote_sha256 text NOT NULL
+);
+CREATE INDEX verdicts_node ON verdicts (node_id, seq);
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

@@ -226,6 +226,22 @@ CREATE TABLE claims (
 ) STRICT;
 CREATE INDEX claims_last_seen ON claims (last_seen, key);
 `,
+	// 7: each node's boot-policy verdicts, the last few kept per node.
+	`
+CREATE TABLE verdicts (
+	seq          INTEGER PRIMARY KEY,
+	node_id      TEXT NOT NULL,
+	time         INTEGER,
+	stage        TEXT NOT NULL,
+	class        TEXT NOT NULL,
+	passed       INTEGER NOT NULL,
+	failed       TEXT NOT NULL,
+	policy       TEXT NOT NULL,
+	nonce_sha256 TEXT NOT NULL,
+	quote_sha256 TEXT NOT NULL
+) STRICT;
+CREATE INDEX verdicts_node ON verdicts (node_id, seq);
+`,
 }
 
 const createMigrationsTable = `

@@ -436,3 +436,19 @@ func (f *Store) ListClaims(ctx context.Context, limit int) ([]store.Claim, error
 	}
 	return f.Store.ListClaims(ctx, limit)
 }
+
+// AppendVerdict implements store.Store.
+func (f *Store) AppendVerdict(ctx context.Context, v store.Verdict, keep int) error {
+	if err := f.enter(ctx, "AppendVerdict"); err != nil {
+		return err
+	}
+	return f.Store.AppendVerdict(ctx, v, keep)
+}
+
+// ListVerdicts implements store.Store.
+func (f *Store) ListVerdicts(ctx context.Context, nodeID string, limit int) ([]store.Verdict, error) {
+	if err := f.enter(ctx, "ListVerdicts"); err != nil {
+		return nil, err
+	}
+	return f.Store.ListVerdicts(ctx, nodeID, limit)
+}
