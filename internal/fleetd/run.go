@@ -16,6 +16,7 @@ import (
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/debugserver"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
@@ -89,8 +90,13 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	kex, err := cfg.KeyExchanges()
+	if err != nil {
+		return err
+	}
 	srv, err := service.New(service.Config{
 		Limits:           limits,
+		KeyExchanges:     kex,
 		EKVerifier:       ekVerifier,
 		ChallengeTTL:     cfg.TPM.ChallengeTTL.Duration,
 		Authority:        auth,
@@ -146,6 +152,23 @@ func Run(ctx context.Context, o Options) error {
 			// within the handshake timeout; an idle connection closes.
 			ReadHeaderTimeout: limits.HandshakeTimeout, IdleTimeout: limits.IdleTimeout,
 		}
+	}
+
+	var debugSrv *http.Server
+	if cfg.DebugListen != "" {
+		// Loopback only (checked by config): no authentication.
+		dln, err := net.Listen("tcp", cfg.DebugListen)
+		if err != nil {
+			ln.Close()
+			if httpLn != nil {
+				httpLn.Close()
+			}
+			return fmt.Errorf("listen on %s (debug_listen): %w", cfg.DebugListen, err)
+		}
+		debugSrv = &http.Server{Handler: debugserver.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 8 << 10}
+		go func() { _ = debugSrv.Serve(dln) }()
+		log.WarnContext(ctx, "debug endpoint listening: memory figures and the profiler, without authentication", "debug_listen", dln.Addr().String())
+		defer debugSrv.Close()
 	}
 
 	serveCtx, stop := context.WithCancel(ctx)

@@ -80,6 +80,9 @@ type Config struct {
 	// Limits bound what hostile traffic costs; zero fields take
 	// DefaultLimits'.
 	Limits Limits
+	// KeyExchanges are the TLS key exchanges offered, in order; nil means
+	// Go's default (the hybrid X25519MLKEM768 first).
+	KeyExchanges []tls.CurveID
 }
 
 // Server holds the control plane's services.
@@ -208,6 +211,8 @@ func (s *Server) TLSConfig() *tls.Config {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    s.clientCAs,
 		NextProtos:   []string{"h2"},
+		// nil: Go's default.
+		CurvePreferences: s.cfg.KeyExchanges,
 	}
 }
 
