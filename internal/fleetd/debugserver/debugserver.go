@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"runtime/metrics"
 )
 
@@ -59,10 +60,14 @@ func ReadMemory() Memory {
 	return Memory{HeapLiveBytes: v(0), HeapObjectsBytes: v(1), StacksBytes: v(2), TotalBytes: v(3), Goroutines: v(4), GCCycles: v(5)}
 }
 
-// Handler serves /debug/memory and /debug/pprof/.
+// Handler serves /debug/memory (with ?gc=1, after a garbage collection,
+// so that the heap is the live one) and /debug/pprof/.
 func Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /debug/memory", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("gc") == "1" {
+			runtime.GC()
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(ReadMemory())
 	})
