@@ -235,6 +235,12 @@ func (s *Server) GRPCServer(lim *connlimit.Listener) *grpc.Server {
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(maxJoinBytes),
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
+		// No 32 KiB read buffer per connection: the framer reads from the
+		// TLS connection, which buffers a record already. A held session
+		// is idle almost always, so the buffer was memory for nothing
+		// (docs/performance.md). Writes share pooled buffers (grpc-go's
+		// default).
+		grpc.ReadBufferSize(0),
 	)
 	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})
 	adminv1.RegisterAdminServer(g, &adminService{s: s})
