@@ -20,6 +20,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/ekroots"
+	"github.com/nodetrust/nodetrust/internal/fleetd/debugserver"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
@@ -101,6 +102,10 @@ func Run(ctx context.Context, o Options) error {
 	if boot.log != nil {
 		defer boot.log.Close()
 	}
+	kex, err := cfg.KeyExchanges()
+	if err != nil {
+		return err
+	}
 	srv, err := service.New(service.Config{
 		BootPolicy:          boot.policies,
 		VerdictLog:          boot.log,
@@ -110,6 +115,7 @@ func Run(ctx context.Context, o Options) error {
 		Actuator:            boot.actuator,
 
 		Limits:           limits,
+		KeyExchanges:     kex,
 		EKVerifier:       ekVerifier,
 		ChallengeTTL:     cfg.TPM.ChallengeTTL.Duration,
 		Authority:        auth,
@@ -165,6 +171,23 @@ func Run(ctx context.Context, o Options) error {
 			// within the handshake timeout; an idle connection closes.
 			ReadHeaderTimeout: limits.HandshakeTimeout, IdleTimeout: limits.IdleTimeout,
 		}
+	}
+
+	var debugSrv *http.Server
+	if cfg.DebugListen != "" {
+		// Loopback only (checked by config): no authentication.
+		dln, err := net.Listen("tcp", cfg.DebugListen)
+		if err != nil {
+			ln.Close()
+			if httpLn != nil {
+				httpLn.Close()
+			}
+			return fmt.Errorf("listen on %s (debug_listen): %w", cfg.DebugListen, err)
+		}
+		debugSrv = &http.Server{Handler: debugserver.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 8 << 10}
+		go func() { _ = debugSrv.Serve(dln) }()
+		log.WarnContext(ctx, "debug endpoint listening: memory figures and the profiler, without authentication", "debug_listen", dln.Addr().String())
+		defer debugSrv.Close()
 	}
 
 	serveCtx, stop := context.WithCancel(ctx)

@@ -136,6 +136,7 @@ func (r *runner) measure(p *phase, body func()) PhaseResult {
 	pids := r.cp.pids
 	var before procUsage
 	peakReset := false
+	heapBefore, heapErr := r.cp.heap(true)
 	if len(pids) > 0 {
 		peakReset = resetPeaks(pids) == nil
 		before, _ = sampleProcs(pids)
@@ -161,6 +162,12 @@ func (r *runner) measure(p *phase, body func()) PhaseResult {
 				RSSAfterBytes:  after.RSS,
 			}
 			res.Server.perOp(res.Ops)
+			if heapErr == nil {
+				if h, err := r.cp.heap(true); err == nil {
+					res.Server.HeapBeforeBytes = int64(heapBefore.HeapObjectsBytes + heapBefore.StacksBytes)
+					res.Server.HeapAfterBytes = int64(h.HeapObjectsBytes + h.StacksBytes)
+				}
+			}
 		} else if !r.cp.alive() {
 			r.c.warnf("the server is gone: %v", err)
 		}

@@ -63,8 +63,9 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 			_ = cp.stop(&c)
 		}
 	}()
+	kexNames, kexIDs, _ := c.keyExchanges()
 	rep.Run = RunInfo{Nodes: c.Nodes, Concurrency: c.Concurrency, Renewals: c.Renewals, Revoke: c.Revoke,
-		KEM: cp.jwk.KEM(), Server: "targeted", Address: cp.addr, NoFile: lim.Cur}
+		KEM: cp.jwk.KEM(), KeyExchanges: kexNames, Server: "targeted", Address: cp.addr, NoFile: lim.Cur}
 	if len(cp.pids) == 1 {
 		rep.Run.PID = cp.pids[0]
 	} else if len(cp.pids) > 1 {
@@ -82,7 +83,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	}
 
 	c.con.status("measuring the crypto floor")
-	if rep.Floor, err = measureFloor(ctx, cp.jwk.KEM(), c.FloorTime); err != nil {
+	if rep.Floor, err = measureFloor(ctx, cp.jwk.KEM(), kexIDs, c.FloorTime); err != nil {
 		return nil, err
 	}
 	c.con.done()
@@ -264,6 +265,11 @@ func (r *runner) sessions(ctx context.Context, idleRSS int64) PhaseResult {
 		r.c.con.status(fmt.Sprintf("holding %d sessions for %s", res.Ops, r.c.Settle))
 		time.Sleep(r.c.Settle)
 		r.c.con.done()
+		if h, err := r.cp.heap(true); err == nil && s.HeapBeforeBytes > 0 {
+			s.HeapHeldBytes = int64(h.HeapObjectsBytes + h.StacksBytes)
+			s.HeapPerSessionBytes = float64(s.HeapHeldBytes-s.HeapBeforeBytes) / float64(res.Ops)
+			s.GoroutinesHeld = int64(h.Goroutines)
+		}
 		if u, err := sampleProcs(r.cp.pids); err == nil {
 			s.RSSHeldBytes = u.RSS
 			s.PeakRSSWithSessionsHeldBytes = u.HWM

@@ -1,12 +1,14 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
@@ -54,6 +56,15 @@ type Fleetd struct {
 	// Actuator receives cordon requests (docs/boot-policy.md).
 	Actuator Actuator `toml:"actuator"`
 	PKCS11   PKCS11   `toml:"pkcs11"`
+	// TLSKeyExchanges are the TLS 1.3 key exchanges the server offers, in
+	// order of preference: X25519MLKEM768 (hybrid post-quantum), X25519,
+	// P256, P384. Empty means Go's default (X25519MLKEM768 first, then the
+	// classic ones). docs/performance.md measures both kinds.
+	TLSKeyExchanges []string `toml:"tls_key_exchanges"`
+	// DebugListen, when set, serves the process's memory figures
+	// (runtime/metrics) and Go's profiler over plain HTTP on this address,
+	// which must be a loopback one. Off by default.
+	DebugListen string `toml:"debug_listen"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -399,6 +410,14 @@ func (c *Fleetd) Validate() error {
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
+	if _, err := c.KeyExchanges(); err != nil {
+		return err
+	}
+	if c.DebugListen != "" {
+		if err := loopbackAddress(c.DebugListen); err != nil {
+			return fmt.Errorf("debug_listen: %w", err)
+		}
+	}
 	if n := c.BootPolicy.VerdictLogMaxBytes; n < bootpolicy.MinVerdictLogMaxBytes {
 		return fmt.Errorf("boot_policy.verdict_log_max_bytes: %d is below %d", n, bootpolicy.MinVerdictLogMaxBytes)
 	}
@@ -555,6 +574,47 @@ func (l *Limits) validate() error {
 	}
 	if l.MaxConnections > 0 && l.MaxConnectionsPerSource > l.MaxConnections {
 		return fmt.Errorf("limits.max_connections_per_source: %d is above max_connections (%d)", l.MaxConnectionsPerSource, l.MaxConnections)
+	}
+	return nil
+}
+
+// keyExchanges are the names tls_key_exchanges takes.
+var keyExchanges = map[string]tls.CurveID{
+	"X25519MLKEM768": tls.X25519MLKEM768,
+	"X25519":         tls.X25519,
+	"P256":           tls.CurveP256,
+	"P384":           tls.CurveP384,
+}
+
+// KeyExchanges returns the curve preferences of tls_key_exchanges; nil
+// means Go's default.
+func (c *Fleetd) KeyExchanges() ([]tls.CurveID, error) {
+	var ids []tls.CurveID
+	for _, n := range c.TLSKeyExchanges {
+		id, ok := keyExchanges[n]
+		if !ok {
+			return nil, fmt.Errorf("tls_key_exchanges: %q is not one of X25519MLKEM768, X25519, P256, P384", n)
+		}
+		if slices.Contains(ids, id) {
+			return nil, fmt.Errorf("tls_key_exchanges: %q is named twice", n)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// loopbackAddress refuses an address that is not host:port with a
+// loopback host (an IP address or "localhost").
+func loopbackAddress(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port: %w", err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address (127.0.0.1, ::1 or localhost): the debug endpoint has no authentication", addr)
 	}
 	return nil
 }

@@ -103,6 +103,9 @@ type Config struct {
 	// BootCheckTimeout is how long a node has to answer a nonce with its
 	// evidence (default 1 minute); no answer is not evidence.
 	BootCheckTimeout time.Duration
+	// KeyExchanges are the TLS key exchanges offered, in order; nil means
+	// Go's default (the hybrid X25519MLKEM768 first).
+	KeyExchanges []tls.CurveID
 }
 
 // Server holds the control plane's services.
@@ -242,6 +245,8 @@ func (s *Server) TLSConfig() *tls.Config {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    s.clientCAs,
 		NextProtos:   []string{"h2"},
+		// nil: Go's default.
+		CurvePreferences: s.cfg.KeyExchanges,
 	}
 }
 
@@ -264,6 +269,12 @@ func (s *Server) GRPCServer(lim *connlimit.Listener) *grpc.Server {
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(maxJoinBytes),
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
+		// No 32 KiB read buffer per connection: the framer reads from the
+		// TLS connection, which buffers a record already. A held session
+		// is idle almost always, so the buffer was memory for nothing
+		// (docs/performance.md). Writes share pooled buffers (grpc-go's
+		// default).
+		grpc.ReadBufferSize(0),
 	)
 	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})
 	adminv1.RegisterAdminServer(g, &adminService{s: s})
