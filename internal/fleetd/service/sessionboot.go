@@ -274,7 +274,7 @@ func (s *Server) renewalBoot(ctx context.Context, cur *authedNode, keyAK []byte,
 	if err != nil {
 		return refused(codes.FailedPrecondition, "renewal waits: %v", err)
 	}
-	v, err := s.judgeBoot(ctx, cur.node.ID, classOf(cur.node.Class), bootpolicy.Renewal, e)
+	v, err := s.judgeBoot(ctx, n.ID, classOf(n.Class), bootpolicy.Renewal, e)
 	var ne *notEvidence
 	switch {
 	case errors.As(err, &ne):
@@ -284,11 +284,11 @@ func (s *Server) renewalBoot(ctx context.Context, cur *authedNode, keyAK []byte,
 	case v.Pass():
 		return nil
 	}
-	if action := s.actOnFailure(ctx, cur.node, v); action == actionAlerted {
+	if action := s.actOnFailure(ctx, n, v); action == actionAlerted {
 		return nil
 	}
 	return refused(codes.PermissionDenied, "the boot fails the %s boot policy at renewal: %s; node %s is quarantined until fleetd nodes release %s",
-		classOf(cur.node.Class), failedSummary(v), cur.node.ID, cur.node.ID)
+		classOf(n.Class), failedSummary(v), n.ID, n.ID)
 }
 
 // checkCall is a CheckNode waiting for a session's boot check.
