@@ -80,8 +80,10 @@ bench-smoke:
 
 # The TPM simulator needs cgo and the tpmsim build tag; release builds have
 # neither. One run builds it once for every package.
+# The end-to-end package alone runs for several minutes on 2 cores; go test's
+# default 10-minute limit is too tight for a loaded machine.
 test: deps proto-check lint
-	CGO_ENABLED=1 $(GO) test -count=1 -tags tpmsim ./...
+	CGO_ENABLED=1 $(GO) test -count=1 -timeout 40m -tags tpmsim ./...
 	$(MAKE) --no-print-directory race
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz-ci
