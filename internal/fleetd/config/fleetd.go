@@ -84,6 +84,10 @@ type TPM struct {
 	// `fleetd ek-roots check` checks. It adds to EKRoots and
 	// EKIntermediates; a bundle with an error stops the start.
 	EKRootsDir string `toml:"ek_roots_dir"`
+	// RequireEKCertificateAndPin makes a tpm join need both a trusted EK
+	// certificate and an EK already known (pinned for a node, or bound by
+	// a declaration); either alone is refused.
+	RequireEKCertificateAndPin bool `toml:"require_ek_certificate_and_pin"`
 	// ChallengeTTL is how long a challenge round may be answered.
 	ChallengeTTL Duration `toml:"challenge_ttl"`
 }

@@ -53,6 +53,10 @@ type Config struct {
 	// roots; nil trusts no EK certificate, so only EKs already pinned for
 	// a node can join with the tpm attestor.
 	EKVerifier *attest.Verifier
+	// RequireEKCertificateAndPin refuses a tpm join unless its EK
+	// certificate is trusted and its EK is known too (pinned for a node,
+	// or bound by a declaration): neither proof stands in for the other.
+	RequireEKCertificateAndPin bool
 	// ChallengeTTL is how long a tpm join's challenge round may be
 	// answered (default 1 minute).
 	ChallengeTTL time.Duration

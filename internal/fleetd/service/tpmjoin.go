@@ -302,19 +302,26 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, fmt.Errorf("look up EK %s: %w", ekPin, err)
 	}
-	if known == nil {
+	both := s.cfg.RequireEKCertificateAndPin
+	if known == nil || both {
 		why := "the TPM has no EK certificate"
 		if len(ev.EkCertificate) > 0 {
 			why = "no manufacturer roots are configured"
 			if s.cfg.EKVerifier != nil {
-				_, err := s.cfg.EKVerifier.VerifyEKCertificate(ev.EkCertificate, ekPub)
+				// The chain the node read from its TPM's NV only helps
+				// build a path to a configured root; it is never trusted
+				// by itself.
+				_, err := s.cfg.EKVerifier.VerifyEKCertificateChain(ev.EkCertificate, ev.EkChain, ekPub)
 				why = ""
 				if err != nil {
 					why = err.Error()
 				}
 			}
 		}
-		if why != "" {
+		if both && why != "" {
+			return nil, refuse(reasonTPMEvidence, "EK %s: its certificate is not trusted (%s), and tpm.require_ek_certificate_and_pin wants a trusted certificate as well as a known EK", ekPin, why)
+		}
+		if known == nil && (why != "" || both) {
 			// An EK a declaration binds is known too; whether its binding
 			// is honoured is decided after the TPM proved it.
 			bound, err := s.cfg.Inventory.ByEKPin(ctx, ekPin)
@@ -322,6 +329,9 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 				return nil, refuse(reasonTPMEvidence, "unknown EK %s, and the inventory source cannot answer: %v", ekPin, err)
 			}
 			if len(bound) == 0 {
+				if both {
+					return nil, refuse(reasonTPMEvidence, "unknown EK %s: its certificate is trusted, but tpm.require_ek_certificate_and_pin wants the EK pinned for a node or bound by a declaration as well", ekPin)
+				}
 				return nil, refuse(reasonTPMEvidence, "unknown EK %s: not pinned for any node, and its certificate is not trusted (%s); no declaration binds it", ekPin, why)
 			}
 		}
