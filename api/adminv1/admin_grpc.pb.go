@@ -42,6 +42,7 @@ const (
 	Admin_ListClaims_FullMethodName       = "/nodetrust.admin.v1.Admin/ListClaims"
 	Admin_TransitionNode_FullMethodName   = "/nodetrust.admin.v1.Admin/TransitionNode"
 	Admin_NodeHistory_FullMethodName      = "/nodetrust.admin.v1.Admin/NodeHistory"
+	Admin_ListAudit_FullMethodName        = "/nodetrust.admin.v1.Admin/ListAudit"
 )
 
 // AdminClient is the client API for Admin service.
@@ -82,6 +83,9 @@ type AdminClient interface {
 	TransitionNode(ctx context.Context, in *TransitionNodeRequest, opts ...grpc.CallOption) (*TransitionNodeResponse, error)
 	// NodeHistory lists a node's state changes, oldest first.
 	NodeHistory(ctx context.Context, in *NodeHistoryRequest, opts ...grpc.CallOption) (*NodeHistoryResponse, error)
+	// ListAudit lists the audit trail, newest first: admin calls and
+	// refusals, lifecycle changes, joins and revocations.
+	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 }
 
 type adminClient struct {
@@ -265,6 +269,16 @@ func (c *adminClient) NodeHistory(ctx context.Context, in *NodeHistoryRequest, o
 	return out, nil
 }
 
+func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditResponse)
+	err := c.cc.Invoke(ctx, Admin_ListAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -303,6 +317,9 @@ type AdminServer interface {
 	TransitionNode(context.Context, *TransitionNodeRequest) (*TransitionNodeResponse, error)
 	// NodeHistory lists a node's state changes, oldest first.
 	NodeHistory(context.Context, *NodeHistoryRequest) (*NodeHistoryResponse, error)
+	// ListAudit lists the audit trail, newest first: admin calls and
+	// refusals, lifecycle changes, joins and revocations.
+	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -363,6 +380,9 @@ func (UnimplementedAdminServer) TransitionNode(context.Context, *TransitionNodeR
 }
 func (UnimplementedAdminServer) NodeHistory(context.Context, *NodeHistoryRequest) (*NodeHistoryResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method NodeHistory not implemented")
+}
+func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListAudit not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -680,6 +700,24 @@ func _Admin_NodeHistory_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListAudit(ctx, req.(*ListAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -750,6 +788,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeHistory",
 			Handler:    _Admin_NodeHistory_Handler,
+		},
+		{
+			MethodName: "ListAudit",
+			Handler:    _Admin_ListAudit_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -60,6 +60,7 @@ var adminActions = map[string]func(req any) roles.Action{
 	"ListChanges":      fixed(roles.ReadInventory),
 	"ListClaims":       fixed(roles.ReadFleet),
 	"NodeHistory":      fixed(roles.ReadFleet),
+	"ListAudit":        fixed(roles.ReadFleet),
 	"ApplyInventory": func(req any) roles.Action {
 		if r, ok := req.(*adminv1.ApplyInventoryRequest); ok && r.DryRun {
 			return roles.ReadInventory
