@@ -10,8 +10,11 @@ import (
 	"time"
 )
 
-// cookieName is the session cookie: HttpOnly, SameSite=Strict, path /.
-const cookieName = "nodetrust_console"
+// cookiePrefix starts the session cookie's name, which ends with the
+// console's port: browsers keep cookies by host, not port, so two consoles
+// on one machine would otherwise end each other's sessions. The cookie is
+// HttpOnly, SameSite=Strict, path /.
+const cookiePrefix = "nodetrust_console_"
 
 // maxSessions bounds the sessions held; the oldest goes first.
 const maxSessions = 16
@@ -22,6 +25,7 @@ type auth struct {
 	mu         sync.Mutex
 	rand       io.Reader
 	now        func() time.Time
+	cookie     string
 	code       string
 	codeUntil  time.Time
 	codeSpent  bool
@@ -40,12 +44,12 @@ type session struct {
 	flash string
 }
 
-func newAuth(rnd io.Reader, now func() time.Time, codeTTL, sessionTTL time.Duration) (*auth, error) {
+func newAuth(rnd io.Reader, now func() time.Time, cookie string, codeTTL, sessionTTL time.Duration) (*auth, error) {
 	code, err := randomToken(rnd)
 	if err != nil {
 		return nil, err
 	}
-	return &auth{rand: rnd, now: now, code: code, codeUntil: now().Add(codeTTL), sessionTTL: sessionTTL, sessions: map[string]*session{}}, nil
+	return &auth{rand: rnd, now: now, cookie: cookie, code: code, codeUntil: now().Add(codeTTL), sessionTTL: sessionTTL, sessions: map[string]*session{}}, nil
 }
 
 func randomToken(rnd io.Reader) (string, error) {
@@ -93,7 +97,7 @@ func (a *auth) exchange(code string) (*session, error) {
 
 // lookup returns the live session of a request's cookie, or nil.
 func (a *auth) lookup(r *http.Request) *session {
-	ck, err := r.Cookie(cookieName)
+	ck, err := r.Cookie(a.cookie)
 	if err != nil {
 		return nil
 	}
@@ -142,14 +146,14 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.refuse(w, r, reasonLogin, http.StatusUnauthorized, err.Error())
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: s.id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Expires: s.until})
+	http.SetCookie(w, &http.Cookie{Name: c.auth.cookie, Value: s.id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Expires: s.until})
 	c.log.InfoContext(r.Context(), "console session opened", "credential", c.cfg.Credential)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, s *session) {
 	c.auth.end(s)
-	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
+	http.SetCookie(w, &http.Cookie{Name: c.auth.cookie, Value: "", Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	c.renderError(w, http.StatusOK, "Logged out. Restart 'fleetd console' for a new login code.")
 }
 

@@ -125,7 +125,11 @@ func New(cfg Config) (*Console, error) {
 		return nil, err
 	}
 	c.pages = pages
-	a, err := newAuth(cfg.Rand, cfg.Now, cfg.CodeTTL, cfg.SessionTTL)
+	_, port, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("console: Addr %q: %w", cfg.Addr, err)
+	}
+	a, err := newAuth(cfg.Rand, cfg.Now, cookiePrefix+port, cfg.CodeTTL, cfg.SessionTTL)
 	if err != nil {
 		return nil, err
 	}
