@@ -26,6 +26,9 @@ func TestConsole(t *testing.T) {
 	cp := startControlPlane(t, "node_cert_lifetime = \"40s\"\nrenewal_limit = 1000\nhttp_listen = \"127.0.0.1:0\"\n")
 	operator, auditor := cp.credential(t, "olga", "operator"), cp.credential(t, "audrey", "auditor")
 
+	// Two declared machines that have not joined yet: planned.
+	cp.apply(t, "", inventoryFile(decl{"gpu-07", "7d0c4f3e-0000-4000-8000-000000000007", "worker", ""}, decl{"gpu-08", "7d0c4f3e-0000-4000-8000-000000000008", "control-plane", ""}))
+
 	fast := "[renewal]\nfraction = 0.05\nbackoff_min = \"1s\"\nbackoff_max = \"1s\"\n"
 	web := newMachine(t, cp, "", fast)
 	webID := web.join(t, cp, "--node-id", "web-01")
@@ -45,7 +48,7 @@ func TestConsole(t *testing.T) {
 
 	t.Run("the fleet page lists the nodes with their states", func(t *testing.T) {
 		rows := read(t, ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("table.fleet tbody tr")].map(r => r.innerText.replace(/\s+/g, " "))`))
-		want := map[string]string{webID: "quarantined", hostileID: "active"}
+		want := map[string]string{webID: "quarantined", hostileID: "active", "gpu-07": "planned", "gpu-08": "planned"}
 		for id, st := range want {
 			found := false
 			for _, r := range rows {
@@ -143,6 +146,18 @@ func TestConsole(t *testing.T) {
 		text := read(t, ctx, chromedp.Text(chromedp.CSS("main")))
 		if !strings.Contains(text, "Live sessions") || strings.Contains(text, "latest read failed") {
 			t.Errorf("figures page: %q", text)
+		}
+	})
+
+	t.Run("the pages reflow at 200% zoom", func(t *testing.T) {
+		// A 1280-pixel window at 200%: 640 CSS pixels at scale 2.
+		browse(t, ctx, chromedp.EmulateViewport(640, 450, chromedp.EmulateScale(2)))
+		defer browse(t, ctx, chromedp.EmulateViewport(1280, 900))
+		for _, page := range []string{"/nodes/" + webID, "/", "/pending", "/audit", "/figures"} {
+			browse(t, ctx, chromedp.Navigate(owner.base+page), chromedp.WaitVisible(chromedp.CSS("main h1")))
+			if over := read(t, ctx, chromedp.Evaluate[int](`document.documentElement.scrollWidth - window.innerWidth`)); over > 0 {
+				t.Errorf("%s at 200%%: the page is %d CSS pixels wider than the window (scrolls sideways)", page, over)
+			}
 		}
 	})
 
