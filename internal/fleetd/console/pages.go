@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/roles"
 )
 
@@ -264,9 +265,12 @@ var actions = map[string]action{
 	"approve":    {"approve", "Approve join", "Lets the pending joins of this node id complete."},
 }
 
-// actionNeeds is the role rule of each action (the API's own).
+// actionNeeds is the role rule of each action: the lifecycle's own for
+// its transitions, and the Admin API's for revocation and approval. It
+// only decides which buttons are shown; the API decides.
 var actionNeeds = map[string]roles.Action{
-	"release": roles.Lifecycle, "quarantine": roles.Lifecycle, "revoke": roles.Lifecycle, "approve": roles.Lifecycle, "retire": roles.Retire,
+	"release": lifecycle.Release.Action, "quarantine": lifecycle.Quarantine.Action, "retire": lifecycle.Retire.Action,
+	"revoke": roles.Lifecycle, "approve": roles.Lifecycle,
 }
 
 // actionsFor lists the actions the console's role may take on a node in
