@@ -55,15 +55,15 @@ func (c *Console) nodeAction(w http.ResponseWriter, r *http.Request, s *session)
 	reason := strings.TrimSpace(r.PostForm.Get("reason"))
 	a, ok := actions[name]
 	if !ok {
-		c.render(w, http.StatusBadRequest, s, "message", "Refused", "", "There is no such action.")
+		c.refuse(w, r, reasonForm, http.StatusBadRequest, "There is no such action.")
 		return
 	}
 	if name != "approve" && reason == "" {
-		c.render(w, http.StatusBadRequest, s, "message", "Refused", "", "An action needs a reason: go back and write why.")
+		c.refuse(w, r, reasonForm, http.StatusBadRequest, "An action needs a reason: go back and write why.")
 		return
 	}
 	if len(reason) > maxReason || !utf8.ValidString(reason) {
-		c.render(w, http.StatusBadRequest, s, "message", "Refused", "", fmt.Sprintf("The reason is longer than %d bytes or not UTF-8: shorten it.", maxReason))
+		c.refuse(w, r, reasonForm, http.StatusBadRequest, fmt.Sprintf("The reason is longer than %d bytes or not UTF-8: shorten it.", maxReason))
 		return
 	}
 	ctx, cancel := callCtx(r)

@@ -181,7 +181,7 @@ func (c *Console) form(f pageFunc) http.Handler {
 	return c.page(func(w http.ResponseWriter, r *http.Request, s *session) {
 		r.Body = http.MaxBytesReader(w, r.Body, maxForm)
 		if err := r.ParseForm(); err != nil {
-			c.renderError(w, http.StatusBadRequest, "The form could not be read: "+err.Error())
+			c.refuse(w, r, reasonForm, http.StatusBadRequest, "The form could not be read (at most 16 KiB): "+err.Error())
 			return
 		}
 		if !s.validCSRF(r.PostForm.Get("csrf")) {

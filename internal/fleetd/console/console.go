@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/roles"
+	"github.com/nodetrust/nodetrust/internal/fleetd/throttle"
 )
 
 //go:embed templates/*.html
@@ -78,6 +79,8 @@ type Console struct {
 	figures  *figures
 	refusals *prometheus.CounterVec
 	reg      *prometheus.Registry
+	// logLimit bounds the refusal log lines: 5 per reason a minute.
+	logLimit *throttle.Limiter
 }
 
 // New builds a console and makes its login code (see LoginCode).
@@ -109,12 +112,17 @@ func New(cfg Config) (*Console, error) {
 	c := &Console{cfg: cfg, log: cfg.Logger.With("component", "console"), reg: prometheus.NewRegistry()}
 	c.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "nodetrust_console_refusals_total",
-		Help: "Console requests refused, by reason (csrf, login, session, host, origin).",
+		Help: "Console requests refused, by reason (csrf, login, session, host, origin, form).",
 	}, []string{"reason"})
-	for _, r := range []string{reasonCSRF, reasonLogin, reasonSession, reasonHost, reasonOrigin} {
+	for _, r := range []string{reasonCSRF, reasonLogin, reasonSession, reasonHost, reasonOrigin, reasonForm} {
 		c.refusals.WithLabelValues(r)
 	}
 	c.reg.MustRegister(c.refusals)
+	lim, err := throttle.New(throttle.Config{Window: time.Minute, Burst: 5, MaxKeys: 64, Now: cfg.Now})
+	if err != nil {
+		return nil, fmt.Errorf("console: %w", err)
+	}
+	c.logLimit = lim
 	if cfg.Registry != nil {
 		if err := cfg.Registry.Register(c.refusals); err != nil {
 			return nil, fmt.Errorf("console: register metrics: %w", err)
@@ -191,13 +199,24 @@ const (
 	reasonSession = "session"
 	reasonHost    = "host"
 	reasonOrigin  = "origin"
+	reasonForm    = "form"
 )
 
 // refuse counts a refused request and answers it with a short page.
 func (c *Console) refuse(w http.ResponseWriter, r *http.Request, reason string, code int, msg string) {
 	c.refusals.WithLabelValues(reason).Inc()
-	c.log.WarnContext(r.Context(), "console request refused", "reason", reason, "method", r.Method, "path", r.URL.Path)
+	if ok, held := c.logLimit.Allow(reason, ""); ok {
+		c.log.WarnContext(r.Context(), "console request refused", "reason", reason, "method", r.Method, "path", capPath(r.URL.Path), "not_logged_before", held)
+	}
 	c.renderError(w, code, msg)
+}
+
+// capPath bounds a request path before it is logged.
+func capPath(p string) string {
+	if len(p) > 128 {
+		return p[:128] + "…"
+	}
+	return p
 }
 
 // guard sets the security headers on every answer and refuses a request

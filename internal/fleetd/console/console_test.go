@@ -272,3 +272,30 @@ func TestClaimedFieldsRenderAsText(t *testing.T) {
 		t.Errorf("the claimed hostname is not shown escaped:\n%s", out)
 	}
 }
+
+func TestBadFormsAreRefusedAndCounted(t *testing.T) {
+	c, _ := newTestConsole(t, roles.Owner)
+	ck := login(t, c)
+	csrf := c.auth.sessions[ck.Value].csrf
+	for _, tc := range []struct {
+		name string
+		form url.Values
+		msg  string
+	}{
+		{"an unknown action", url.Values{"action": {"reboot"}, "reason": {"r"}, "csrf": {csrf}}, "no such action"},
+		{"an action without a reason", url.Values{"action": {"release"}, "csrf": {csrf}}, "needs a reason"},
+		{"a reason too long", url.Values{"action": {"release"}, "reason": {strings.Repeat("x", maxReason+1)}, "csrf": {csrf}}, "longer than 500"},
+		{"a form over 16 KiB", url.Values{"action": {"release"}, "reason": {strings.Repeat("x", maxForm)}, "csrf": {csrf}}, "at most 16 KiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := testutil.ToFloat64(c.refusals.WithLabelValues(reasonForm))
+			resp := do(c, http.MethodPost, "/nodes/web-01/action", tc.form, ck)
+			if body := bodyOf(t, resp); resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, tc.msg) {
+				t.Errorf("%s, want 400 saying %q", resp.Status, tc.msg)
+			}
+			if got := testutil.ToFloat64(c.refusals.WithLabelValues(reasonForm)); got != before+1 {
+				t.Errorf("form refusals %v, want %v", got, before+1)
+			}
+		})
+	}
+}
