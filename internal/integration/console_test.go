@@ -23,7 +23,7 @@ const xssHostname = `<script>window.__owned=1</script><img src=x onerror="window
 // refused by the API.
 func TestConsole(t *testing.T) {
 	ctx := newBrowser(t)
-	cp := startControlPlane(t, "node_cert_lifetime = \"40s\"\nrenewal_limit = 1000\nhttp_listen = \"127.0.0.1:0\"\n")
+	cp := startControlPlane(t, "node_cert_lifetime = \"40s\"\nrenewal_limit = 1000\npending_poll = \"1s\"\nhttp_listen = \"127.0.0.1:0\"\n")
 	operator, auditor := cp.credential(t, "olga", "operator"), cp.credential(t, "audrey", "auditor")
 
 	// Two declared machines that have not joined yet: planned.
@@ -135,6 +135,20 @@ func TestConsole(t *testing.T) {
 		if h := cp.history(t, webID); !strings.Contains(h, "firmware reflashed") || !strings.Contains(h, "admin:owner") {
 			t.Errorf("the history does not record the console's release by the owner:\n%s", h)
 		}
+	})
+
+	t.Run("a join approved from the console completes", func(t *testing.T) {
+		app := newMachine(t, cp, "", "")
+		j := startJoin(t, app, cp.token(t, "--role", "worker", "--node-id", "app-01", "--require-approval"))
+		j.waitFor(t, regexpMust(`^bcd: waiting for the control plane's approval`), 30*time.Second)
+		browse(t, ctx, chromedp.Navigate(owner.base+"/pending"), chromedp.WaitVisible(chromedp.CSS("#pending")))
+		screenshot(t, ctx, "pending")
+		browse(t, ctx, chromedp.Click(chromedp.CSS(`a.action[href="/nodes/app-01/confirm?action=approve"]`)), chromedp.WaitVisible(chromedp.CSS("form.confirm")))
+		browse(t, ctx, chromedp.Click(chromedp.CSS("form.confirm button[type=submit]")), chromedp.WaitVisible(chromedp.CSS("p.flash")))
+		if flash := read(t, ctx, chromedp.Text(chromedp.CSS("p.flash"))); !strings.Contains(flash, "Approved 1 pending join(s) of app-01") {
+			t.Errorf("the console said %q after the approval", flash)
+		}
+		j.waitFor(t, regexpMust(`^joined as app-01 `), 30*time.Second)
 	})
 
 	t.Run("the figures page draws charts from the metrics", func(t *testing.T) {

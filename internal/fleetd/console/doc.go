@@ -4,8 +4,8 @@
 // the control plane only through the Admin API with the credential it is
 // given (as `kubectl proxy` does), so every action is checked by the
 // API's own role rules. It is served on loopback to one browser that logs
-// in with a one-time code; every asset is embedded (html/template,
-// go:embed), nothing is fetched from elsewhere and no script runs.
+// in with a one-time code; every asset is embedded in the binary,
+// nothing is fetched from elsewhere and no script runs.
 //
 // It is fleetd's own (imported by internal/fleetd/command) and has no
 // stability promise.
