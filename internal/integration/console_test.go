@@ -157,6 +157,7 @@ func TestConsole(t *testing.T) {
 		if n != 4 {
 			t.Errorf("%d charts, want 4 (sessions, joins, renewals, refusals)", n)
 		}
+		screenshot(t, ctx, "figures")
 		text := read(t, ctx, chromedp.Text(chromedp.CSS("main")))
 		if !strings.Contains(text, "Live sessions") || strings.Contains(text, "latest read failed") {
 			t.Errorf("figures page: %q", text)

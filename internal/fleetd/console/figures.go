@@ -156,6 +156,10 @@ func (f *figures) snapshot() ([]sample, string) {
 const (
 	chartW = 300
 	chartH = 80
+	// chartTop leaves room for the "max" label; chartBottom keeps a zero
+	// line off the frame.
+	chartTop    = 16
+	chartBottom = 3
 )
 
 // chart is one small line chart, drawn by the server as inline SVG.
@@ -275,14 +279,15 @@ func draw(title string, vals []float64) chart {
 	if max == 0 {
 		max = 1
 	}
+	if len(vals) == 1 {
+		// One figure: a level line across the chart.
+		vals = []float64{vals[0], vals[0]}
+	}
 	var b strings.Builder
 	n := len(vals)
 	for i, v := range vals {
-		x := float64(chartW)
-		if n > 1 {
-			x = float64(i) * float64(chartW) / float64(n-1)
-		}
-		y := float64(chartH-2) - v/max*float64(chartH-4)
+		x := float64(i) * float64(chartW) / float64(n-1)
+		y := float64(chartH-chartBottom) - v/max*float64(chartH-chartBottom-chartTop)
 		fmt.Fprintf(&b, "%.1f,%.1f ", x, y)
 	}
 	ch.Points = strings.TrimSpace(b.String())
