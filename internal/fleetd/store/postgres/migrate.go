@@ -232,6 +232,22 @@ CREATE TABLE claims (
 );
 CREATE INDEX claims_last_seen ON claims (last_seen, key);
 `,
+	// 9: the SPIRE export's safeguards, as SQLite's migration 7: the
+	// changes held back until the owner allows their digest.
+	`
+CREATE TABLE export_holds (
+	digest      text PRIMARY KEY,
+	nodes       bigint NOT NULL,
+	withdrawals bigint NOT NULL,
+	bans        bigint NOT NULL,
+	detail      text NOT NULL,
+	first_held  timestamptz,
+	last_held   timestamptz,
+	allowed_at  timestamptz,
+	allowed_by  text NOT NULL
+);
+CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate
