@@ -136,8 +136,10 @@ func Run(ctx context.Context, o Options) error {
 			ln.Close()
 			return err
 		}
+		// Client certificates are asked for, not required: the
+		// well-known document and the metrics are public; the export
+		// endpoints take an admin credential.
 		tc := srv.TLSConfig()
-		tc.ClientAuth = tls.NoClientCert
 		tc.NextProtos = []string{"h2", "http/1.1"}
 		httpLn = tls.NewListener(lim, tc)
 		httpSrv = &http.Server{
