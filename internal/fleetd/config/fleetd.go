@@ -52,6 +52,8 @@ type Fleetd struct {
 	// BootPolicy configures measured boot (docs/boot-policy.md).
 	BootPolicy BootPolicy `toml:"boot_policy"`
 	PKCS11     PKCS11     `toml:"pkcs11"`
+	// Export configures the SPIRE registration export (docs/spire.md).
+	Export Export `toml:"export"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -313,6 +315,7 @@ func (c *Fleetd) applyDefaults() {
 	if c.Inventory.NetBox.Timeout.Duration == 0 {
 		c.Inventory.NetBox.Timeout.Duration = 10 * time.Second
 	}
+	c.Export.applyDefaults()
 	if c.Store.Driver == "sqlite" && c.Store.Path == "" && c.DataDir != "" {
 		c.Store.Path = filepath.Join(c.DataDir, "fleetd.db")
 	}
@@ -325,6 +328,9 @@ func (c *Fleetd) Validate() error {
 	}
 	if c.DataDir == "" {
 		return errors.New("data_dir is required: a folder for the store")
+	}
+	if err := c.Export.validate(); err != nil {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen: want host:port: %w", err)
