@@ -124,8 +124,26 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
-// Allowed and Record make the client the Safeguards of fleetd export spire.
+// Allowed and Record make the client the Safeguards of fleetd export
+// spire. Allowed needs a credential that may apply the export: the
+// applier asks it before it changes anything.
 func (c *exportClient) Allowed(ctx context.Context, digest string) (bool, error) {
+	b, _, err := c.do(ctx, http.MethodGet, service.ExportAllowedPath+"/"+url.PathEscape(digest), nil)
+	if err != nil {
+		return false, err
+	}
+	var a struct {
+		Allowed bool `json:"allowed"`
+	}
+	if err := json.Unmarshal(b, &a); err != nil {
+		return false, fmt.Errorf("allowance of %s: %w", digest, err)
+	}
+	return a.Allowed, nil
+}
+
+// heldAllowed says whether a held change was allowed, for a dry run
+// (readable by an auditor).
+func (c *exportClient) heldAllowed(ctx context.Context, digest string) (bool, error) {
 	b, _, err := c.do(ctx, http.MethodGet, service.ExportHoldsPath+"/"+url.PathEscape(digest), nil)
 	var he *httpError
 	if errors.As(err, &he) && he.status == http.StatusNotFound {
@@ -204,13 +222,12 @@ and metrics. --dry-run prints the diff and changes and records nothing.`,
 			}
 			var data []byte
 			var sg spireexport.Safeguards
+			// The run is recorded by fleetd, a --from file's too.
 			cl, err := f.client()
-			if err != nil && from == "" {
+			if err != nil {
 				return err
 			}
-			if cl != nil {
-				sg = cl
-			}
+			sg = cl
 			if from != "" {
 				if data, err = os.ReadFile(from); err != nil {
 					return fmt.Errorf("--from: %w", err)
@@ -219,7 +236,7 @@ and metrics. --dry-run prints the diff and changes and records nothing.`,
 				return err
 			}
 			if dryRun {
-				sg = dryRunSafeguards{sg}
+				sg = dryRunSafeguards{cl}
 			}
 			spire, err := spireexport.Dial(socket, pageSize)
 			if err != nil {
@@ -254,13 +271,13 @@ and metrics. --dry-run prints the diff and changes and records nothing.`,
 const exitHeld = 3
 
 // dryRunSafeguards answer allowances and record nothing.
-type dryRunSafeguards struct{ s spireexport.Safeguards }
+type dryRunSafeguards struct{ c *exportClient }
 
 func (d dryRunSafeguards) Allowed(ctx context.Context, digest string) (bool, error) {
-	if d.s == nil {
+	if d.c == nil {
 		return false, nil
 	}
-	return d.s.Allowed(ctx, digest)
+	return d.c.heldAllowed(ctx, digest)
 }
 
 func (dryRunSafeguards) Record(context.Context, export.Run) error { return nil }

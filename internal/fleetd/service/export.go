@@ -26,6 +26,10 @@ const (
 	ExportHoldsPath = "/v1/export/holds"
 	ExportAllowPath = "/v1/export/allow"
 	ExportRunsPath  = "/v1/export/runs"
+	// ExportAllowedPath + "/" + digest answers {"allowed": bool} to a
+	// credential that may apply the export (fleetd export spire asks it
+	// before it changes anything).
+	ExportAllowedPath = "/v1/export/allowed"
 	// ExportDigestHeader carries the digest of the served export.
 	ExportDigestHeader = "X-Nodetrust-Export-Digest"
 )
@@ -238,6 +242,17 @@ func (s *Server) exportRoutes(mux *http.ServeMux) {
 			return
 		}
 		writeJSON(w, http.StatusOK, holdJSON(h))
+	})
+	mux.HandleFunc("GET "+ExportAllowedPath+"/{digest}", func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := s.httpAdmin(w, r, roles.ApplyExport, "ExportAllowed"); !ok {
+			return
+		}
+		allowed, err := s.ExportAllowed(r.Context(), r.PathValue("digest"))
+		if err != nil {
+			s.httpFailure(w, r, storeFailure("export allowance", err))
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]bool{"allowed": allowed})
 	})
 	mux.HandleFunc("POST "+ExportAllowPath, func(w http.ResponseWriter, r *http.Request) {
 		id, ok := s.httpAdmin(w, r, roles.AllowExport, "ExportAllow")

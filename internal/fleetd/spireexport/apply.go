@@ -80,9 +80,36 @@ func (a *Applier) Run(ctx context.Context, data []byte, dryRun bool) (Result, er
 	}
 	p := Diff(doc, fleet)
 	p.Digest = digest
-	allowed := false
-	needAllow := len(p.Withdrawn) > threshold
-	if !needAllow {
+	// ask asks, once, whether the owner allowed this digest. Before any
+	// change it is asked in any case: for fleetd export spire it is also
+	// the check that the credential may apply the export at all.
+	allowed, asked := false, false
+	ask := func() error {
+		if asked || a.Safeguards == nil {
+			return nil
+		}
+		asked = true
+		var err error
+		if allowed, err = a.Safeguards.Allowed(ctx, digest); err != nil {
+			return fmt.Errorf("ask fleetd whether %s is allowed: %w", digest, err)
+		}
+		return nil
+	}
+	failed := func(err error, what string) (Result, error) {
+		res.Plan = p
+		res.Run = runOf(p, export.OutcomeFailed)
+		res.Run.Errors = []string{err.Error()}
+		res.Run.Summary = what + ": " + res.Run.Summary
+		return a.finish(ctx, res, dryRun)
+	}
+	if len(p.Withdrawn) > threshold {
+		if err := ask(); err != nil {
+			return failed(err, "nothing changed")
+		}
+	}
+	// The agents of a mass withdrawal are looked up only once it is
+	// allowed: a held change costs no SPIRE call per node.
+	if len(p.Withdrawn) <= threshold || allowed {
 		skip := map[string]bool{}
 		for _, c := range p.Delete {
 			skip[c.Entry.ID] = true
@@ -91,26 +118,20 @@ func (a *Applier) Run(ctx context.Context, data []byte, dryRun bool) (Result, er
 		for _, d := range Suspects(doc, p) {
 			agents, err := a.SPIRE.FindAgents(ctx, doc.TrustDomain, d, skip)
 			if err != nil {
-				res.Plan = p
-				res.Run = runOf(p, export.OutcomeFailed)
-				res.Run.Errors = []string{err.Error()}
-				res.Run.Summary = "nothing changed: " + res.Run.Summary
-				return a.finish(ctx, res, dryRun)
+				return failed(err, "nothing changed")
 			}
 			found[d.NodeID] = agents
 		}
 		p = Bans(doc, p, found)
-		needAllow = len(p.Nodes()) > threshold
 	}
 	res.Plan = p
-	if needAllow && a.Safeguards != nil {
-		if allowed, err = a.Safeguards.Allowed(ctx, digest); err != nil {
-			res.Run = runOf(p, export.OutcomeFailed)
-			res.Run.Errors = []string{fmt.Sprintf("ask whether %s is allowed: %v", digest, err)}
-			return a.finish(ctx, res, dryRun)
+	over := max(len(p.Nodes()), len(p.Withdrawn)) > threshold
+	if over {
+		if err := ask(); err != nil {
+			return failed(err, "nothing changed")
 		}
 	}
-	if needAllow && !allowed {
+	if over && !allowed {
 		res.Run = runOf(p, export.OutcomeHeld)
 		res.Run.HeldReason = export.HeldThreshold
 		res.Run.Held = fmt.Sprintf("the export would withdraw or ban %d nodes at once (threshold %d): nothing changed until the owner allows it (fleetd export allow --digest %s)",
@@ -124,6 +145,9 @@ func (a *Applier) Run(ctx context.Context, data []byte, dryRun bool) (Result, er
 	if dryRun {
 		res.Run = runOf(p, "dry-run")
 		return res, nil
+	}
+	if err := ask(); err != nil {
+		return failed(err, "nothing changed")
 	}
 	errs := a.SPIRE.Apply(ctx, doc.TrustDomain, p)
 	outcome := export.OutcomeApplied
