@@ -26,7 +26,7 @@ var exportCases = []testCase{
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.AllowedAt.IsZero() != true || !got.FirstHeld.Equal(at(0)) || got.Nodes != 2 || got.Bans != 1 || got.Detail != h.Detail {
+		if !got.AllowedAt.IsZero() || !got.FirstHeld.Equal(at(0)) || got.Nodes != 2 || got.Bans != 1 || got.Detail != h.Detail {
 			t.Fatalf("held change %+v", got)
 		}
 		allowed, err := s.AllowExport(ctx, "sha256:aa", "owner", at(time.Minute), &store.AuditEvent{Time: at(time.Minute), Actor: "admin:owner", Action: "export.allow", Subject: "sha256:aa"})
