@@ -46,7 +46,7 @@ func keyFiles(t *testing.T, dir string) []string {
 
 var (
 	renewalUnavailableRE = regexp.MustCompile(`msg="renewal failed" .*signing key is unavailable`)
-	joinUnavailableRE    = regexp.MustCompile(`msg="join failed, retrying" .*control plane unreachable: join \(request \S+\): the control plane's signing key is unavailable`)
+	joinUnavailableRE    = regexp.MustCompile(`msg="join failed, retrying" .*control plane unavailable: join \(request \S+\): the control plane's signing key is unavailable`)
 	joinedLineRE         = regexp.MustCompile(`^joined as (\S+) `)
 )
 

@@ -394,9 +394,13 @@ func pushback(md metadata.MD) (time.Duration, bool) {
 	return time.Duration(ms) * time.Millisecond, true
 }
 
+// describe says what a failed call's status means to the operator.
+// UNAVAILABLE covers a control plane that could not be reached and one that
+// answered it cannot serve now (its store or its signing key): the message
+// tells which, so the wording names neither.
 func describe(st *status.Status) string {
 	if st.Code() == codes.Unavailable {
-		return "control plane unreachable: " + st.Message()
+		return "control plane unavailable: " + st.Message()
 	}
 	return st.Code().String() + ": " + st.Message()
 }

@@ -345,7 +345,7 @@ func (s *Server) revokeNode(ctx context.Context, nodeID, reason string, del bool
 	audit := &store.AuditEvent{Time: now, Actor: actorOf(ctx), Action: "node.revoke", Subject: nodeID, Detail: reason}
 	if del {
 		audit.Action = "node.delete"
-		serials, err = s.cfg.Store.DeleteNode(ctx, nodeID, reason, now, audit)
+		gen, serials, err = s.cfg.Store.DeleteNode(ctx, nodeID, reason, now, audit)
 	} else {
 		gen, serials, err = s.cfg.Store.RevokeNode(ctx, nodeID, reason, now, audit)
 	}

@@ -252,6 +252,9 @@ func TestRevocationReachesTheLiveSession(t *testing.T) {
 			if r := m.GetRevoked(); r == nil || r.Reason != tc.reason {
 				t.Fatalf("message %v, want a revocation notice for %q", m, tc.reason)
 			}
+			if g := m.GetRevoked().GetIdentityGeneration(); g != 2 {
+				t.Errorf("the notice names generation %d, want 2: the one the node was revoked at", g)
+			}
 			_, err = stream.Recv()
 			wantStatus(t, err, codes.Unauthenticated, "certificate revoked: "+tc.reason)
 			if a := e.audit(t, tc.wantAction); len(a) != 1 || a[0].Actor != "admin:owner" || a[0].Detail != tc.reason {

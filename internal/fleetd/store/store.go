@@ -225,10 +225,11 @@ type Store interface {
 	RevokeNode(ctx context.Context, id, reason string, now time.Time, audit *AuditEvent) (uint64, []string, error)
 	// DeleteNode revokes as RevokeNode does, then removes the node record;
 	// its certificate records stay, revoked. It leaves a tombstone with the
-	// node's last generation (the one it revoked at), so that NextGeneration
-	// and CompleteJoin keep a later node of the same id above it. The audit
-	// event, when not nil, is appended in the same transaction.
-	DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *AuditEvent) ([]string, error)
+	// node's last generation (the one it revoked at, which it returns with
+	// the revoked serials), so that NextGeneration and CompleteJoin keep a
+	// later node of the same id above it. The audit event, when not nil, is
+	// appended in the same transaction.
+	DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *AuditEvent) (uint64, []string, error)
 	// NextGeneration returns the identity generation a new node with this
 	// id must start at: one more than the highest generation the id ever
 	// had (its live row, or the tombstone a deletion left), and 1 for an id

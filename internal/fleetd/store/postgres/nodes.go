@@ -313,18 +313,21 @@ func (d *DB) RevokeNode(ctx context.Context, id, reason string, now time.Time, a
 
 // DeleteNode revokes as RevokeNode does, then removes the node record; its
 // certificate records stay, revoked. It leaves (or raises) the id's
-// tombstone at the generation it revoked at.
-func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *store.AuditEvent) ([]string, error) {
+// tombstone at the generation it revoked at, and returns that generation.
+func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *store.AuditEvent) (uint64, []string, error) {
 	if now.IsZero() {
-		return nil, fmt.Errorf("delete node %q: no time given", id)
+		return 0, nil, fmt.Errorf("delete node %q: no time given", id)
 	}
-	var serials []string
+	var (
+		gen     uint64
+		serials []string
+	)
 	err := d.tx(ctx, func(tx pgx.Tx) error {
 		g, s, err := revoke(ctx, tx, id, reason, now, audit, false)
 		if err != nil {
 			return err
 		}
-		serials = s
+		gen, serials = g, s
 		if _, err := tx.Exec(ctx, `INSERT INTO node_tombstones (id, generation, deleted_at) VALUES ($1, $2, $3)
 			ON CONFLICT (id) DO UPDATE SET generation = greatest(node_tombstones.generation, excluded.generation),
 			deleted_at = excluded.deleted_at`, id, int64(g), ts(now)); err != nil {
@@ -336,9 +339,9 @@ func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, a
 		return insertAudit(ctx, tx, audit)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("delete node %q: %w", id, err)
+		return 0, nil, fmt.Errorf("delete node %q: %w", id, err)
 	}
-	return serials, nil
+	return gen, serials, nil
 }
 
 // revoke raises the generation, revokes the certificates, and records the

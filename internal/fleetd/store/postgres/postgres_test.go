@@ -114,7 +114,7 @@ func TestRevocationsReachEveryWatcher(t *testing.T) {
 	if r.NodeID != "node-1" || r.Generation != g || r.Reason != "disk stolen" {
 		t.Fatalf("watcher got %+v, want node-1 at generation %d, reason disk stolen", r, g)
 	}
-	if _, err := a.DeleteNode(t.Context(), "node-1", "gone", time.Now(), nil); err != nil {
+	if _, _, err := a.DeleteNode(t.Context(), "node-1", "gone", time.Now(), nil); err != nil {
 		t.Fatal(err)
 	}
 	if r := next(t, got); r.NodeID != "node-1" || r.Generation != g+1 || r.Reason != "gone" {

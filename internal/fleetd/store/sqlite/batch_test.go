@@ -428,7 +428,7 @@ func TestAnAuditEventOutsideTheStorableRangeRefusesTheCall(t *testing.T) {
 	if _, _, err := db.RevokeNode(ctx, "node-1", "test", now, bad); err == nil {
 		t.Error("RevokeNode succeeded")
 	}
-	if _, err := db.DeleteNode(ctx, "node-1", "test", now, bad); err == nil {
+	if _, _, err := db.DeleteNode(ctx, "node-1", "test", now, bad); err == nil {
 		t.Error("DeleteNode succeeded")
 	}
 	if n, err := db.GetNode(ctx, "node-1"); err != nil || n.Generation != 1 || n.CertSerial != "s1" {

@@ -406,16 +406,18 @@ func (d *DB) RevokeNode(ctx context.Context, id, reason string, now time.Time, a
 // the id's tombstone at the generation it revoked at. It returns the
 // revoked serials; ErrNotFound if there is no such node. The audit event,
 // when not nil, is appended in the same transaction.
-func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *store.AuditEvent) ([]string, error) {
+func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *store.AuditEvent) (uint64, []string, error) {
 	var a args
 	at := a.time(now)
 	auditVals := auditArgs(&a, audit)
 	if err := revokeArgs(a, at); err != nil {
-		return nil, fmt.Errorf("delete node %q: %w", id, err)
+		return 0, nil, fmt.Errorf("delete node %q: %w", id, err)
 	}
-	var serials []string
+	var (
+		gen     uint64
+		serials []string
+	)
 	err := d.write(ctx, func(t *wtx) (err error) {
-		var gen uint64
 		if gen, serials, err = revoke(t, id, reason, at, audit, false); err != nil {
 			return err
 		}
@@ -428,9 +430,9 @@ func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, a
 		return insertAudit(t, auditVals)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("delete node %q: %w", id, err)
+		return 0, nil, fmt.Errorf("delete node %q: %w", id, err)
 	}
-	return serials, nil
+	return gen, serials, nil
 }
 
 // revokeArgs checks the converted arguments of a revocation: a time must be

@@ -230,9 +230,9 @@ func (f *Store) RevokeNode(ctx context.Context, id, reason string, now time.Time
 }
 
 // DeleteNode implements store.Store.
-func (f *Store) DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *store.AuditEvent) ([]string, error) {
+func (f *Store) DeleteNode(ctx context.Context, id, reason string, now time.Time, audit *store.AuditEvent) (uint64, []string, error) {
 	if err := f.enter(ctx, "DeleteNode"); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	return f.Store.DeleteNode(ctx, id, reason, now, audit)
 }

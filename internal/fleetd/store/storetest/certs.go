@@ -250,9 +250,12 @@ var revokeCases = []testCase{
 		if err := s.RecordRenewal(ctx, newCert("s2", "node-1", 1, "renew", at(10*time.Minute)), nil); err != nil {
 			t.Fatalf("RecordRenewal: %v", err)
 		}
-		serials, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(time.Hour), nil)
+		gen, serials, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(time.Hour), nil)
 		if err != nil {
 			t.Fatalf("DeleteNode: %v", err)
+		}
+		if gen != 2 {
+			t.Errorf("DeleteNode returned generation %d; want 2, the one it revoked at", gen)
 		}
 		wantSerials(t, "DeleteNode", serials, "s1", "s2")
 		wantNoNode(t, s, "node-1")
@@ -296,14 +299,14 @@ var revokeCases = []testCase{
 			t.Fatalf("RevokeNode: %v", err)
 		}
 		del := newAudit("node.delete", "node-2", at(2*time.Hour))
-		if _, err := s.DeleteNode(ctx, "node-2", "decommissioned", at(2*time.Hour), del); err != nil {
+		if _, _, err := s.DeleteNode(ctx, "node-2", "decommissioned", at(2*time.Hour), del); err != nil {
 			t.Fatalf("DeleteNode: %v", err)
 		}
 		wantAudit(t, "audit trail after the revocation and the deletion", s, del, rev)
 
 		_, _, err := s.RevokeNode(ctx, "node-9", "test", at(3*time.Hour), newAudit("node.revoke", "node-9", at(3*time.Hour)))
 		wantErr(t, "RevokeNode(unknown)", err, store.ErrNotFound)
-		_, err = s.DeleteNode(ctx, "node-2", "test", at(3*time.Hour), newAudit("node.delete", "node-2", at(3*time.Hour)))
+		_, _, err = s.DeleteNode(ctx, "node-2", "test", at(3*time.Hour), newAudit("node.delete", "node-2", at(3*time.Hour)))
 		wantErr(t, "DeleteNode(deleted)", err, store.ErrNotFound)
 		if _, _, err := s.RevokeNode(ctx, "node-1", "again", at(4*time.Hour), nil); err != nil {
 			t.Fatalf("RevokeNode without an event: %v", err)
@@ -311,7 +314,7 @@ var revokeCases = []testCase{
 		wantAudit(t, "audit trail after the refused calls and one without an event", s, del, rev)
 	}},
 	{"deleting an unknown node is not found", func(t *testing.T, s store.Store) {
-		_, err := s.DeleteNode(t.Context(), "node-1", "test", at(0), nil)
+		_, _, err := s.DeleteNode(t.Context(), "node-1", "test", at(0), nil)
 		wantErr(t, "DeleteNode(unknown)", err, store.ErrNotFound)
 	}},
 }

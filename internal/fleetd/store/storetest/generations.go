@@ -28,7 +28,7 @@ var generationCases = []testCase{
 			t.Fatalf("RevokeNode: %v", err)
 		}
 		// The deletion revokes at generation 3 and leaves it behind.
-		if _, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(2*time.Hour), nil); err != nil {
+		if _, _, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(2*time.Hour), nil); err != nil {
 			t.Fatalf("DeleteNode: %v", err)
 		}
 		wantNoNode(t, s, "node-1")
@@ -38,7 +38,7 @@ var generationCases = []testCase{
 	{"a join at or below the tombstone's generation is refused and writes nothing", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
-		if _, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(time.Hour), nil); err != nil {
+		if _, _, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(time.Hour), nil); err != nil {
 			t.Fatalf("DeleteNode: %v", err) // tombstone at generation 2
 		}
 		mustCreateToken(t, s, newToken("tok1", at(time.Hour)))
@@ -65,7 +65,7 @@ var generationCases = []testCase{
 	{"a join at the next generation after a deletion succeeds", func(t *testing.T, s store.Store) {
 		ctx := t.Context()
 		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
-		if _, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(time.Hour), nil); err != nil {
+		if _, _, err := s.DeleteNode(ctx, "node-1", "decommissioned", at(time.Hour), nil); err != nil {
 			t.Fatalf("DeleteNode: %v", err)
 		}
 		gen := wantNextGeneration(t, s, "node-1", 3)
@@ -78,7 +78,7 @@ var generationCases = []testCase{
 		wantNextGeneration(t, s, "node-1", 4)
 
 		// A second deletion raises the tombstone past the first.
-		if _, err := s.DeleteNode(ctx, "node-1", "again", at(3*time.Hour), nil); err != nil {
+		if _, _, err := s.DeleteNode(ctx, "node-1", "again", at(3*time.Hour), nil); err != nil {
 			t.Fatalf("second DeleteNode: %v", err)
 		}
 		wantNextGeneration(t, s, "node-1", 5)
