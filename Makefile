@@ -7,7 +7,7 @@ PROTO_DIR := api/proto
 PROTOS := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test deps proto proto-check lint fmt-check vet staticcheck race fuzz fuzz-ci
+.PHONY: all build demo test deps proto proto-check lint fmt-check vet staticcheck race fuzz fuzz-ci bench-smoke
 
 all: build
 
@@ -70,9 +70,20 @@ fuzz:
 fuzz-ci:
 	FUZZTIME=1s ./scripts/fuzz.sh
 
+# Each hot-path benchmark for one iteration, so none rots, printing its
+# figures (docs/performance.md): the join handler, the renewal handler, a
+# held session, a leaf's signing and a call from a known machine.
+bench-smoke:
+	$(GO) test -run '^$$' -benchtime 1x -bench 'Join|RenewVerify|SessionHold' ./internal/fleetd/service/
+	$(GO) test -run '^$$' -benchtime 1x -bench 'Issue' ./pki/
+	$(GO) test -run '^$$' -benchtime 1x -bench 'VerifyRemoteCached|VerifyMachineProof' ./callsig/
+
 # The TPM simulator needs cgo and the tpmsim build tag; release builds have
 # neither. One run builds it once for every package.
+# The end-to-end package alone runs for several minutes on 2 cores; go test's
+# default 10-minute limit is too tight for a loaded machine.
 test: deps proto-check lint
-	CGO_ENABLED=1 $(GO) test -count=1 -tags tpmsim ./...
+	CGO_ENABLED=1 $(GO) test -count=1 -timeout 40m -tags tpmsim ./...
 	$(MAKE) --no-print-directory race
+	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz-ci

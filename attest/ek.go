@@ -25,6 +25,11 @@ import (
 // parses. EK certificate NV indices hold a few kilobytes at most.
 const MaxEKCertificateSize = 16 << 10
 
+// MaxEKChain is the most intermediate certificates
+// [Verifier.VerifyEKCertificateChain] takes from a node: vendor chains
+// between an EK certificate and its root have two to four.
+const MaxEKChain = 8
+
 // Config configures a [Verifier].
 type Config struct {
 	// Roots are the TPM manufacturers' root certificates an EK certificate
@@ -94,6 +99,18 @@ var (
 // checked against anything; the certificate's subject and SAN are the
 // caller's to record.
 func (v *Verifier) VerifyEKCertificate(der []byte, ekPublic crypto.PublicKey) (*x509.Certificate, error) {
+	return v.VerifyEKCertificateChain(der, nil, ekPublic)
+}
+
+// VerifyEKCertificateChain is [Verifier.VerifyEKCertificate] with the
+// intermediate CA certificates the node read from its TPM's EK certificate
+// chain indices (TCG EK Credential Profile 2.5, section 2.2.1.5.2): they
+// join [Config.Intermediates] to build the chain to [Config.Roots] and are
+// never trusted by themselves, so a node that sends its own CA gains
+// nothing. At most [MaxEKChain] certificates of at most
+// [MaxEKCertificateSize] bytes each are taken; one that does not parse
+// refuses the whole. Every error wraps [ErrUntrustedEK].
+func (v *Verifier) VerifyEKCertificateChain(der []byte, chain [][]byte, ekPublic crypto.PublicKey) (*x509.Certificate, error) {
 	if err := checkEKPublicKey(ekPublic); err != nil {
 		return nil, err
 	}
@@ -102,6 +119,27 @@ func (v *Verifier) VerifyEKCertificate(der []byte, ekPublic crypto.PublicKey) (*
 	}
 	if len(der) > MaxEKCertificateSize {
 		return nil, fmt.Errorf("%w: EK certificate of %d bytes, more than %d", ErrUntrustedEK, len(der), MaxEKCertificateSize)
+	}
+	intermediates := v.intermediates
+	if len(chain) > 0 {
+		if len(chain) > MaxEKChain {
+			return nil, fmt.Errorf("%w: an EK certificate chain of %d certificates, more than %d", ErrUntrustedEK, len(chain), MaxEKChain)
+		}
+		if intermediates == nil {
+			intermediates = x509.NewCertPool()
+		} else {
+			intermediates = intermediates.Clone()
+		}
+		for i, c := range chain {
+			if len(c) > MaxEKCertificateSize {
+				return nil, fmt.Errorf("%w: EK chain certificate %d of %d bytes, more than %d", ErrUntrustedEK, i, len(c), MaxEKCertificateSize)
+			}
+			ic, err := x509.ParseCertificate(c)
+			if err != nil {
+				return nil, fmt.Errorf("%w: EK chain certificate %d: %w", ErrUntrustedEK, i, err)
+			}
+			intermediates.AddCert(ic)
+		}
 	}
 	cert, err := gattest.ParseEKCertificate(der)
 	if err != nil {
@@ -112,7 +150,7 @@ func (v *Verifier) VerifyEKCertificate(der []byte, ekPublic crypto.PublicKey) (*
 	}
 	if _, err := cert.Verify(x509.VerifyOptions{
 		Roots:         v.roots,
-		Intermediates: v.intermediates,
+		Intermediates: intermediates,
 		CurrentTime:   v.now(),
 		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
 	}); err != nil {
@@ -233,14 +271,16 @@ func EKPin(ekPublic crypto.PublicKey) (string, error) {
 // EKPublic checks that ekPublicArea, a TPMT_PUBLIC (the contents of a
 // TPM2B_PUBLIC, TPM 2.0 Part 2, section 12.2.5), describes an endorsement key
 // of one of the TCG EK Credential Profile's templates this verifier supports
-// — RSA 2048 (L-1, H-1), ECC NIST P-256 (L-2, H-2) or ECC NIST P-384 (H-3) —
+// — RSA 2048 (L-1, H-1), ECC NIST P-256 (L-2, H-2), ECC NIST P-384 (H-3),
+// ECC NIST P-521 (H-4), RSA 3072 (H-6) or RSA 4096 (H-7); not SM2 (H-5) —
 // and returns its public key (*rsa.PublicKey or *ecdsa.PublicKey) for
 // [Verifier.VerifyEKCertificate] and [EKPin].
 //
 // An EK is a restricted decryption key: fixedTPM, fixedParent,
 // sensitiveDataOrigin, restricted and decrypt set, sign clear, with the
 // template's name algorithm and symmetric algorithm (AES-128-CFB with
-// SHA-256 names, AES-256-CFB with SHA-384 names for P-384), no scheme and
+// SHA-256 names; AES-256-CFB with SHA-384 names for P-384, RSA 3072 and
+// RSA 4096; AES-256-CFB with SHA-512 names for P-521), no scheme and
 // the default RSA exponent. authPolicy, userWithAuth and adminWithPolicy
 // differ between the low and high ranges and are not checked: they govern
 // who may use the key in its TPM, not what the key is. Errors wrap
@@ -279,17 +319,27 @@ func ekPublicKey(pub tpm2.TPMTPublic) (crypto.PublicKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("RSA parameters: %w", err)
 		}
-		if pub.NameAlg != tpm2.TPMAlgSHA256 {
-			return nil, fmt.Errorf("RSA EK with nameAlg %#x, want SHA-256", uint16(pub.NameAlg))
+		// RSA 2048 (L-1, H-1): SHA-256 names, AES-128; RSA 3072 (H-6) and
+		// RSA 4096 (H-7): SHA-384 names, AES-256.
+		var (
+			nameAlg = tpm2.TPMAlgSHA256
+			aesBits = 128
+		)
+		switch parms.KeyBits {
+		case 2048:
+		case 3072, 4096:
+			nameAlg, aesBits = tpm2.TPMAlgSHA384, 256
+		default:
+			return nil, fmt.Errorf("RSA EK of %d bits, want 2048, 3072 or 4096", parms.KeyBits)
 		}
-		if err := checkEKSymmetric(parms.Symmetric, 128); err != nil {
+		if pub.NameAlg != nameAlg {
+			return nil, fmt.Errorf("RSA %d EK with nameAlg %#x, want %#x", parms.KeyBits, uint16(pub.NameAlg), uint16(nameAlg))
+		}
+		if err := checkEKSymmetric(parms.Symmetric, aesBits); err != nil {
 			return nil, err
 		}
 		if parms.Scheme.Scheme != tpm2.TPMAlgNull {
 			return nil, fmt.Errorf("RSA EK with scheme %#x, want NULL", uint16(parms.Scheme.Scheme))
-		}
-		if parms.KeyBits != 2048 {
-			return nil, fmt.Errorf("RSA EK of %d bits, want 2048", parms.KeyBits)
 		}
 		if parms.Exponent != 0 && parms.Exponent != 65537 {
 			return nil, fmt.Errorf("RSA EK with exponent %d, want the default 65537", parms.Exponent)
@@ -302,8 +352,8 @@ func ekPublicKey(pub tpm2.TPMTPublic) (crypto.PublicKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("RSA public key: %w", err)
 		}
-		if k.N.BitLen() != 2048 {
-			return nil, fmt.Errorf("RSA modulus of %d bits, want 2048", k.N.BitLen())
+		if k.N.BitLen() != int(parms.KeyBits) {
+			return nil, fmt.Errorf("RSA modulus of %d bits, want %d", k.N.BitLen(), parms.KeyBits)
 		}
 		return k, nil
 	case tpm2.TPMAlgECC:
@@ -321,8 +371,10 @@ func ekPublicKey(pub tpm2.TPMTPublic) (crypto.PublicKey, error) {
 			curve, nameAlg, aesBits = elliptic.P256(), tpm2.TPMAlgSHA256, 128
 		case tpm2.TPMECCNistP384:
 			curve, nameAlg, aesBits = elliptic.P384(), tpm2.TPMAlgSHA384, 256
+		case tpm2.TPMECCNistP521:
+			curve, nameAlg, aesBits = elliptic.P521(), tpm2.TPMAlgSHA512, 256
 		default:
-			return nil, fmt.Errorf("ECC EK on curve %#x, want NIST P-256 or P-384", uint16(parms.CurveID))
+			return nil, fmt.Errorf("ECC EK on curve %#x, want NIST P-256, P-384 or P-521", uint16(parms.CurveID))
 		}
 		if pub.NameAlg != nameAlg {
 			return nil, fmt.Errorf("ECC EK on curve %#x with nameAlg %#x, want %#x", uint16(parms.CurveID), uint16(pub.NameAlg), uint16(nameAlg))

@@ -300,7 +300,8 @@ func TestEKPublic(t *testing.T) {
 		{"an imported key", "attributes", mutate(rsaArea, func(p *tpm2.TPMTPublic) { p.ObjectAttributes.SensitiveDataOrigin = false })},
 		{"RSA with SHA-1 names", "nameAlg", mutate(rsaArea, func(p *tpm2.TPMTPublic) { p.NameAlg = tpm2.TPMAlgSHA1 })},
 		{"P-256 with SHA-384 names", "nameAlg", mutate(eccArea, func(p *tpm2.TPMTPublic) { p.NameAlg = tpm2.TPMAlgSHA384 })},
-		{"RSA 3072", "bits", mutate(rsaArea, rsaParms(func(r *tpm2.TPMSRSAParms) { r.KeyBits = 3072 }))},
+		{"RSA 1024", "bits", mutate(rsaArea, rsaParms(func(r *tpm2.TPMSRSAParms) { r.KeyBits = 1024 }))},
+		{"RSA 3072 with SHA-256 names (H-6 has SHA-384)", "nameAlg", mutate(rsaArea, rsaParms(func(r *tpm2.TPMSRSAParms) { r.KeyBits = 3072 }))},
 		{"an RSA exponent of 3", "exponent", mutate(rsaArea, rsaParms(func(r *tpm2.TPMSRSAParms) { r.Exponent = 3 }))},
 		{"no symmetric algorithm", "symmetric", mutate(rsaArea, rsaParms(func(r *tpm2.TPMSRSAParms) { r.Symmetric = tpm2.TPMTSymDefObject{Algorithm: tpm2.TPMAlgNull} }))},
 		{"AES-256 on P-256", "AES-128", mutate(eccArea, eccParms(func(e *tpm2.TPMSECCParms) {
@@ -336,5 +337,28 @@ func TestEKPublic(t *testing.T) {
 				t.Fatalf("error %q does not mention %q", err, tc.substr)
 			}
 		})
+	}
+}
+
+// TestVerifyEKCertificateChainBounds: a chain from the node is bounded in
+// count and size, and one certificate that does not parse refuses it.
+func TestVerifyEKCertificateChainBounds(t *testing.T) {
+	root := tpmtest.NewManufacturer(t, "Test TPM Root CA", nil)
+	inter := tpmtest.NewManufacturer(t, "Test TPM Intermediate CA", root)
+	_, eccPub := softECCEK(t)
+	v := newVerifier(t, root, nil, time.Time{})
+	der := inter.EKCert(t, eccPub, tpmtest.EKCertOptions{})
+	if _, err := v.VerifyEKCertificateChain(der, [][]byte{inter.Cert.Raw}, eccPub); err != nil {
+		t.Fatalf("through the intermediate: %v", err)
+	}
+	for name, chain := range map[string][][]byte{
+		"too many":       slices.Repeat([][]byte{inter.Cert.Raw}, attest.MaxEKChain+1),
+		"not a cert":     {inter.Cert.Raw, []byte("not a certificate")},
+		"too large":      {make([]byte, attest.MaxEKCertificateSize+1)},
+		"no chain, only": nil,
+	} {
+		if _, err := v.VerifyEKCertificateChain(der, chain, eccPub); !errors.Is(err, attest.ErrUntrustedEK) {
+			t.Errorf("%s: %v, want ErrUntrustedEK", name, err)
+		}
 	}
 }

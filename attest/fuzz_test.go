@@ -1,6 +1,7 @@
 package attest_test
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"errors"
 	"testing"
@@ -144,6 +145,42 @@ func FuzzVerifyEKCertificate(f *testing.F) {
 		}
 		if cert == nil || !pub.Equal(cert.PublicKey) {
 			t.Fatal("accepted a certificate of another key")
+		}
+	})
+}
+
+// FuzzVerifyEKCertificateChain feeds a node's EK certificate chain: the
+// leaf is the manufacturer intermediate's, and the fuzzed bytes are the
+// chain the node read from NV. Only the real intermediate may let it
+// through; any error wraps ErrUntrustedEK.
+func FuzzVerifyEKCertificateChain(f *testing.F) {
+	root := tpmtest.NewManufacturer(f, "Test TPM Root CA", nil)
+	inter := tpmtest.NewManufacturer(f, "Test TPM EK CA", root)
+	_, pub := softECCEK(f)
+	v := newVerifier(f, root, nil, timeZero)
+	der := inter.EKCert(f, pub, tpmtest.EKCertOptions{})
+	f.Add(inter.Cert.Raw, []byte{})
+	f.Add(inter.Cert.Raw, root.Cert.Raw)
+	f.Add([]byte("not a certificate"), []byte{})
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		var chain [][]byte
+		for _, c := range [][]byte{a, b} {
+			if len(c) > 0 {
+				chain = append(chain, c)
+			}
+		}
+		cert, err := v.VerifyEKCertificateChain(der, chain, pub)
+		if err != nil {
+			if !errors.Is(err, attest.ErrUntrustedEK) {
+				t.Fatalf("error %v does not wrap ErrUntrustedEK", err)
+			}
+			return
+		}
+		if cert == nil || !pub.Equal(cert.PublicKey) {
+			t.Fatal("accepted a certificate of another key")
+		}
+		if !bytes.Equal(a, inter.Cert.Raw) && !bytes.Equal(b, inter.Cert.Raw) {
+			t.Fatal("trusted through a chain without the manufacturer's intermediate")
 		}
 	})
 }

@@ -116,3 +116,77 @@ func TestSwtpm(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSwtpmEKChainInNV plays a vendor whose EK certificates are issued by
+// an intermediate CA the TPM stores in its chain index (0x01C00100), at
+// every index swtpm can derive the EK of: with only the vendor's root
+// configured, each EK certificate is trusted through the chain the node
+// read from NV, refused without it, and refused when the chain carries a
+// CA of the node's own making; the EK public area of every template passes
+// EKPublic and activates a credential made for it.
+func TestSwtpmEKChainInNV(t *testing.T) {
+	t.Parallel()
+	sw := tpmtest.StartSwtpm(t)
+	tp, tr := sw.OpenRaw(t)
+	ctx := context.Background()
+
+	root := tpmtest.NewManufacturer(t, "Vendor Root", nil)
+	inter := tpmtest.NewManufacturer(t, "Vendor EK Issuing CA", root)
+	kinds := []tpm.EKKind{tpm.EKECCP256, tpm.EKRSA2048High, tpm.EKECCP256High, tpm.EKRSA3072, tpm.EKECCP521}
+	for _, k := range kinds {
+		inter.Provision(t, tp, tr, k)
+	}
+	tpmtest.WriteNV(t, tr, tpm.EKChainIndexFirst, inter.Cert.Raw, len(inter.Cert.Raw)+64)
+
+	certs, err := tp.EKCertificates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chain, err := tpm.SplitEKChain(certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := attest.New(attest.Config{Roots: root.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rogue := tpmtest.NewManufacturer(t, "Vendor EK Issuing CA", nil) // same name, own key
+	ak, _, err := tp.NewAK(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ak.Close()
+	for _, k := range kinds {
+		t.Run(k.String(), func(t *testing.T) {
+			ek, err := tp.EK(ctx, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pub, err := attest.EKPublic(ek.PublicArea)
+			if err != nil {
+				t.Fatalf("EKPublic: %v", err)
+			}
+			der := certs[k.CertIndex()]
+			if _, err := v.VerifyEKCertificateChain(der, chain, pub); err != nil {
+				t.Fatalf("through the chain in NV: %v", err)
+			}
+			if _, err := v.VerifyEKCertificate(der, pub); !errors.Is(err, attest.ErrUntrustedEK) {
+				t.Fatalf("without the chain: %v, want ErrUntrustedEK", err)
+			}
+			if _, err := v.VerifyEKCertificateChain(der, [][]byte{rogue.Cert.Raw}, pub); !errors.Is(err, attest.ErrUntrustedEK) {
+				t.Fatalf("through a CA of the node's making: %v, want ErrUntrustedEK", err)
+			}
+			ch, err := attest.NewChallenge(ek.PublicArea, ak.PublicArea(), rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			secret, err := tp.ActivateCredential(ctx, ak, ek, ch.CredentialBlob, ch.EncryptedSecret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ch.Check(secret); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -237,3 +237,57 @@ func BenchmarkUnmarshalEnvelope(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkVerifyRemoteCached times, call by call in alternation, a call
+// of another machine whose proof the cache holds (ProofCache.Verify of the
+// proof's bytes, then VerifyPeer) and a local call (Verify), each call a
+// new one, and reports their cost ratio (remote ns / local ns; the goal is
+// at most 1.2).
+func BenchmarkVerifyRemoteCached(b *testing.B) {
+	f := newTestFleet(b, testTD)
+	m := newTestMachine(b, f.auth.Issuer, testNode, testNS)
+	proof := mustMarshalProof(b, m.proof(b, testInst, instPub()))
+	// Two sets of calls: local ones and remote ones, signed alike.
+	local, lv, _ := benchCalls(b, b.N)
+	remote, rv, _ := benchCalls(b, b.N)
+	cache := NewProofCache(0)
+	// The proof's chain is valid around testNow; the calls are signed at
+	// the real time, so the proof is checked at testNow, as a fixed clock.
+	if _, err := cache.Verify(proof, f.trust, testNS, testNow); err != nil {
+		b.Fatal(err)
+	}
+	var localNs, remoteNs int64
+	b.ReportAllocs()
+	b.ResetTimer()
+	remoteCall := func(i int) {
+		peer, err := cache.Verify(proof, f.trust, testNS, testNow)
+		if err == nil {
+			err = rv.VerifyPeer(remote[i], peer)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	localCall := func(i int) {
+		if err := lv.Verify(local[i]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for i := 0; i < b.N; i++ {
+		// Alternate the order, so that neither always runs second.
+		first, second, firstNs, secondNs := remoteCall, localCall, &remoteNs, &localNs
+		if i%2 == 1 {
+			first, second, firstNs, secondNs = localCall, remoteCall, &localNs, &remoteNs
+		}
+		t0 := time.Now()
+		first(i)
+		t1 := time.Now()
+		second(i)
+		*firstNs += int64(t1.Sub(t0))
+		*secondNs += int64(time.Since(t1))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(remoteNs)/float64(b.N), "remote-ns/op")
+	b.ReportMetric(float64(localNs)/float64(b.N), "local-ns/op")
+	b.ReportMetric(float64(remoteNs)/float64(localNs), "remote/local")
+}

@@ -331,19 +331,26 @@ type Peer struct {
 // A daemon with no CA to trust (nil trust.Roots) or no trust domain refuses
 // every machine proof.
 func VerifyMachineProof(p *MachineProof, trust TrustBundle, namespace string, now time.Time) (*Peer, error) {
+	peer, _, err := verifyMachineProof(p, trust, namespace, now)
+	return peer, err
+}
+
+// verifyMachineProof is VerifyMachineProof, also returning the verified
+// chain, leaf first, root last.
+func verifyMachineProof(p *MachineProof, trust TrustBundle, namespace string, now time.Time) (*Peer, []*x509.Certificate, error) {
 	if trust.Roots == nil || trust.TrustDomain == "" {
-		return nil, reject(CheckMachineProof, "this daemon has no machine CA and trust domain, so it takes no call of another machine")
+		return nil, nil, reject(CheckMachineProof, "this daemon has no machine CA and trust domain, so it takes no call of another machine")
 	}
 	if p == nil {
-		return nil, reject(CheckMachineProof, "a call of another machine needs a machine proof")
+		return nil, nil, reject(CheckMachineProof, "a call of another machine needs a machine proof")
 	}
 	if err := p.check(); err != nil {
 		var fe *formatError
 		errors.As(err, &fe)
 		if fe.what == "machine proof" {
-			return nil, rejectCause(err, CheckMachineProof, "the proof is malformed: %s", fe.detail)
+			return nil, nil, rejectCause(err, CheckMachineProof, "the proof is malformed: %s", fe.detail)
 		}
-		return nil, rejectCause(err, CheckMachineProof, "the proof's %s is malformed: %s", fe.what, fe.detail)
+		return nil, nil, rejectCause(err, CheckMachineProof, "the proof's %s is malformed: %s", fe.what, fe.detail)
 	}
 	if now.IsZero() {
 		now = time.Now()
@@ -353,7 +360,7 @@ func VerifyMachineProof(p *MachineProof, trust TrustBundle, namespace string, no
 	for i, der := range p.Chain {
 		c, err := x509.ParseCertificate(der)
 		if err != nil {
-			return nil, rejectCause(err, CheckMachineProof, "certificate %d of the chain does not parse: %v", i, err)
+			return nil, nil, rejectCause(err, CheckMachineProof, "certificate %d of the chain does not parse: %v", i, err)
 		}
 		certs[i] = c
 	}
@@ -362,7 +369,7 @@ func VerifyMachineProof(p *MachineProof, trust TrustBundle, namespace string, no
 	for _, c := range certs[1:] {
 		inter.AddCert(c)
 	}
-	_, err := leaf.Verify(x509.VerifyOptions{
+	chains, err := leaf.Verify(x509.VerifyOptions{
 		Roots:         trust.Roots,
 		Intermediates: inter,
 		CurrentTime:   now,
@@ -371,50 +378,50 @@ func VerifyMachineProof(p *MachineProof, trust TrustBundle, namespace string, no
 	if err != nil {
 		var invalid x509.CertificateInvalidError
 		if errors.As(err, &invalid) && invalid.Reason == x509.Expired {
-			return nil, rejectCause(err, CheckMachineProof, "the certificate chain is expired or not yet valid at %s: %v", now.UTC().Format(time.RFC3339), err)
+			return nil, nil, rejectCause(err, CheckMachineProof, "the certificate chain is expired or not yet valid at %s: %v", now.UTC().Format(time.RFC3339), err)
 		}
-		return nil, rejectCause(err, CheckMachineProof, "the certificate chain does not verify against this daemon's CA: %v", err)
+		return nil, nil, rejectCause(err, CheckMachineProof, "the certificate chain does not verify against this daemon's CA: %v", err)
 	}
 	info, err := pki.ParseNodeCert(leaf)
 	if err != nil {
-		return nil, rejectCause(err, CheckMachineProof, "the leaf certificate is not a node certificate: %v", err)
+		return nil, nil, rejectCause(err, CheckMachineProof, "the leaf certificate is not a node certificate: %v", err)
 	}
 	if info.TrustDomain != trust.TrustDomain {
-		return nil, reject(CheckMachineProof, "the node certificate is of trust domain %s, not this daemon's %s", quote(info.TrustDomain), quote(trust.TrustDomain))
+		return nil, nil, reject(CheckMachineProof, "the node certificate is of trust domain %s, not this daemon's %s", quote(info.TrustDomain), quote(trust.TrustDomain))
 	}
 	pub, ok := leaf.PublicKey.(*ecdsa.PublicKey)
 	if !ok || pub.Curve != elliptic.P256() {
-		return nil, reject(CheckMachineProof, "the node certificate's key is not ECDSA P-256")
+		return nil, nil, reject(CheckMachineProof, "the node certificate's key is not ECDSA P-256")
 	}
 
 	st := &p.Statement
 	d := st.digest()
 	if !pki.VerifyP1363(pub, d[:], p.StatementSig) {
-		return nil, reject(CheckMachineProof, "the boot statement's signature does not verify with the key of node certificate %s", quote(info.NodeID))
+		return nil, nil, reject(CheckMachineProof, "the boot statement's signature does not verify with the key of node certificate %s", quote(info.NodeID))
 	}
 	if st.NodeID != info.NodeID {
-		return nil, reject(CheckMachineProof, "the boot statement names node %s, but the certificate is node %s", quote(st.NodeID), quote(info.NodeID))
+		return nil, nil, reject(CheckMachineProof, "the boot statement names node %s, but the certificate is node %s", quote(st.NodeID), quote(info.NodeID))
 	}
 	if st.Namespace != namespace {
-		return nil, reject(CheckMachineProof, "the boot statement is for namespace %s, not this daemon's %s", quote(st.Namespace), quote(namespace))
+		return nil, nil, reject(CheckMachineProof, "the boot statement is for namespace %s, not this daemon's %s", quote(st.Namespace), quote(namespace))
 	}
 
 	en := &p.Endorsement
 	if !ed25519.Verify(st.BootPublicKey, en.signed(), p.EndorsementSig) {
-		return nil, reject(CheckMachineProof, "the endorsement of sender %s does not verify with the boot key of the statement: it is forged", quote(en.Sender))
+		return nil, nil, reject(CheckMachineProof, "the endorsement of sender %s does not verify with the boot key of the statement: it is forged", quote(en.Sender))
 	}
 	switch {
 	case en.Namespace != st.Namespace:
-		return nil, reject(CheckMachineProof, "the endorsement is for namespace %s, but the boot statement for %s", quote(en.Namespace), quote(st.Namespace))
+		return nil, nil, reject(CheckMachineProof, "the endorsement is for namespace %s, but the boot statement for %s", quote(en.Namespace), quote(st.Namespace))
 	case en.NodeID != st.NodeID:
-		return nil, reject(CheckMachineProof, "the endorsement names node %s, but the boot statement %s", quote(en.NodeID), quote(st.NodeID))
+		return nil, nil, reject(CheckMachineProof, "the endorsement names node %s, but the boot statement %s", quote(en.NodeID), quote(st.NodeID))
 	case en.BootID != st.BootID:
-		return nil, reject(CheckMachineProof, "the endorsement names boot %s, but the boot statement %s", quote(en.BootID), quote(st.BootID))
+		return nil, nil, reject(CheckMachineProof, "the endorsement names boot %s, but the boot statement %s", quote(en.BootID), quote(st.BootID))
 	}
 	return &Peer{
 		NodeID:    info.NodeID,
 		BootID:    st.BootID,
 		Sender:    en.Sender,
 		SenderKey: append(ed25519.PublicKey(nil), en.SenderKey...),
-	}, nil
+	}, chains[0], nil
 }

@@ -182,7 +182,7 @@ func (i *Issuer) Issue(r LeafRequest) (*x509.Certificate, error) {
 		URIs:                  []*url.URL{spiffe.URL()},
 		ExtraExtensions:       exts,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, i.ca, r.PublicKey, i.key)
+	der, err := i.signLeaf(tmpl, r.PublicKey)
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for %s: %w", r.NodeID, err)
 	}

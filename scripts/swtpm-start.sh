@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Starts a software TPM (swtpm) for tests and development:
 #
-#   scripts/swtpm-start.sh DIR PORT
+#   scripts/swtpm-start.sh DIR PORT [RSA_KEYSIZE]
 #
 # DIR holds everything: the TPM state, a private local CA (DIR/localca) that
 # signs the EK certificates, swtpm's log and its pid file (DIR/swtpm.pid).
 # The first start of an empty DIR provisions the TPM with swtpm_setup: an RSA
 # 2048 EK certificate at NV 0x01C00002 and an ECC P-384 one at 0x01C00016
-# (swtpm_setup writes no P-256 one at 0x01C0000A). A later start reuses the
+# (swtpm_setup writes no P-256 one at 0x01C0000A); with RSA_KEYSIZE 3072 the
+# RSA EK is RSA 3072 (template H-6) and its certificate sits at 0x01C0001C
+# instead of 0x01C00002. A later start reuses the
 # state, so a TPM keeps its seeds, and so its keys, across restarts.
 #
 # The TPM command port is PORT and its control port PORT+1, both on 127.0.0.1
@@ -19,12 +21,17 @@
 # swtpm-tools (and tpm2-tools for a look from outside): scripts/swtpm-deps.sh.
 set -euo pipefail
 
-if [ $# -ne 2 ]; then
-  echo "usage: $0 DIR PORT" >&2
+if [ $# -lt 2 ] || [ $# -gt 3 ]; then
+  echo "usage: $0 DIR PORT [RSA_KEYSIZE]" >&2
   exit 2
 fi
 dir=$1
 port=$2
+rsa_keysize=${3:-2048}
+case $rsa_keysize in
+  2048 | 3072) ;;
+  *) echo "swtpm-start: RSA_KEYSIZE must be 2048 or 3072, not '$rsa_keysize'" >&2; exit 2 ;;
+esac
 case $port in
   '' | *[!0-9]*) echo "swtpm-start: PORT must be a number, not '$port'" >&2; exit 2 ;;
 esac
@@ -73,6 +80,7 @@ active_pcr_banks = sha256
 CONF
   if ! swtpm_setup --tpm2 --tpmstate "$dir" --config "$dir/swtpm_setup.conf" \
     --createek --create-ek-cert --create-platform-cert --ecc --pcr-banks sha256 \
+    --rsa-keysize "$rsa_keysize" \
     --overwrite --logfile "$dir/swtpm_setup.log" >/dev/null 2>&1; then
     echo "swtpm-start: swtpm_setup failed; its log:" >&2
     cat "$dir/swtpm_setup.log" >&2 || true

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -255,4 +256,173 @@ func TestSwtpmFlushLoop(t *testing.T) {
 	if objects, sessions := sw.Handles(t); objects != 0 || sessions != 0 {
 		t.Fatalf("%d transient objects and %d sessions left, want none", objects, sessions)
 	}
+}
+
+// TestSwtpmEKCertificateEveryIndex plays a manufacturer that certifies the
+// EK of every template swtpm derives, each at its NV index, under an
+// intermediate CA it stores in the chain indices (one certificate at
+// 0x01C00100, padded, and the intermediate's issuer again at 0x01C00101):
+// each certificate is read back at its index and certifies the key EK
+// derives for its kind, the chain splits into the stored certificates, and
+// a credential made for each EK activates.
+func TestSwtpmEKCertificateEveryIndex(t *testing.T) {
+	t.Parallel()
+	sw := tpmtest.StartSwtpm(t)
+	tp, tr := sw.OpenRaw(t)
+	ctx := context.Background()
+
+	root := tpmtest.NewManufacturer(t, "Vendor Root", nil)
+	inter := tpmtest.NewManufacturer(t, "Vendor EK Intermediate", root)
+	// RSA 2048 (L-1) and ECC P-384 (H-3) are swtpm_setup's; the others are
+	// provisioned here. Neither swtpm 0.7 nor the simulator derives RSA
+	// 4096 (H-7): TPM_RC_VALUE.
+	added := []tpm.EKKind{tpm.EKECCP256, tpm.EKRSA2048High, tpm.EKECCP256High, tpm.EKRSA3072, tpm.EKECCP521}
+	want := map[uint32]*tpm.EK{}
+	for _, kind := range added {
+		want[kind.CertIndex()] = nil
+		inter.Provision(t, tp, tr, kind)
+	}
+	tpmtest.WriteNV(t, tr, tpm.EKChainIndexFirst, inter.Cert.Raw, len(inter.Cert.Raw)+100)
+	tpmtest.WriteNV(t, tr, tpm.EKChainIndexFirst+1, root.Cert.Raw, 0)
+
+	certs, err := tp.EKCertificates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range append([]tpm.EKKind{tpm.EKRSA2048, tpm.EKECCP384}, added...) {
+		der, ok := certs[kind.CertIndex()]
+		if !ok {
+			t.Errorf("%s: no certificate read at %#x", kind, kind.CertIndex())
+			continue
+		}
+		cert, err := x509.ParseCertificate(der)
+		if err != nil {
+			t.Errorf("%s: %v", kind, err)
+			continue
+		}
+		ek, err := tp.EK(ctx, kind)
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if !ek.Public.(interface{ Equal(crypto.PublicKey) bool }).Equal(cert.PublicKey) {
+			t.Errorf("%s: the certificate at %#x certifies another key than the EK of its template", kind, kind.CertIndex())
+		}
+		if kind != tpm.EKRSA2048 && kind != tpm.EKECCP384 {
+			if err := cert.CheckSignatureFrom(inter.Cert); err != nil {
+				t.Errorf("%s: %v", kind, err)
+			}
+		}
+	}
+	chain, err := tpm.SplitEKChain(certs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chain) != 2 || !bytes.Equal(chain[0], inter.Cert.Raw) || !bytes.Equal(chain[1], root.Cert.Raw) {
+		t.Fatalf("the chain read back is %d certificates, want the intermediate then the root", len(chain))
+	}
+	ak, _, err := tp.NewAK(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ak.Close()
+	for _, kind := range []tpm.EKKind{tpm.EKRSA2048High, tpm.EKECCP256High, tpm.EKRSA3072, tpm.EKECCP521} {
+		ek, err := tp.EK(ctx, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkActivation(t, tp, ak, ek)
+	}
+	if objects, sessions, err := tpmtest.LoadedHandles(tr); err != nil || objects != 1 || sessions != 0 {
+		t.Errorf("after the EK work, %d objects and %d sessions are loaded (%v), want the AK alone", objects, sessions, err)
+	}
+}
+
+// TestSwtpmECCOnly removes the RSA EK certificate swtpm_setup wrote, leaving
+// a TPM whose only EK certificate is ECC P-384, as a vendor that certifies
+// ECC alone ships it: EKAuto picks the ECC EK its certificate certifies.
+// Then the P-384 certificate goes too and a P-256 one (low range) comes in
+// its place: EKAuto follows it.
+func TestSwtpmECCOnly(t *testing.T) {
+	t.Parallel()
+	sw := tpmtest.StartSwtpm(t)
+	tp, tr := sw.OpenRaw(t)
+	ctx := context.Background()
+	tpmtest.UndefineNV(t, tr, tpm.EKCertIndexRSA2048)
+
+	certs, err := tp.EKCertificates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(certs) != 1 || certs[tpm.EKCertIndexECCP384] == nil {
+		t.Fatalf("EK certificates at %v, want P-384's alone", keys(certs))
+	}
+	ek, err := tp.EK(ctx, tpm.EKAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ek.Kind != tpm.EKECCP384 {
+		t.Fatalf("EKAuto chose %s on a TPM certified for ECC P-384 alone", ek.Kind)
+	}
+
+	tpmtest.UndefineNV(t, tr, tpm.EKCertIndexECCP384)
+	m := tpmtest.NewManufacturer(t, "ECC Vendor", nil)
+	m.Provision(t, tp, tr, tpm.EKECCP256)
+	if ek, err = tp.EK(ctx, tpm.EKAuto); err != nil {
+		t.Fatal(err)
+	}
+	if ek.Kind != tpm.EKECCP256 {
+		t.Fatalf("EKAuto chose %s on a TPM certified for ECC P-256 alone", ek.Kind)
+	}
+}
+
+// TestSwtpmRSA3072 starts a swtpm that swtpm_setup provisioned with an RSA
+// 3072 EK (its certificate at 0x01C0001C, template H-6): the certificate
+// swtpm's own tools made certifies the key this package derives with H-6,
+// which checks the template against an independent implementation. EKAuto
+// prefers the P-384 EK swtpm_setup also certified (EKKinds' order).
+func TestSwtpmRSA3072(t *testing.T) {
+	t.Parallel()
+	sw := tpmtest.StartSwtpmRSA3072(t)
+	tp := sw.Open(t)
+	ctx := context.Background()
+	certs, err := tp.EKCertificates(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := certs[tpm.EKCertIndexRSA2048]; ok {
+		t.Fatal("swtpm_setup --rsa-keysize 3072 also wrote an RSA 2048 EK certificate")
+	}
+	der, ok := certs[tpm.EKCertIndexRSA3072]
+	if !ok {
+		t.Fatalf("no EK certificate at %#x; indices: %v", tpm.EKCertIndexRSA3072, keys(certs))
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cert.CheckSignatureFrom(sw.IssuerCertificate(t)); err != nil {
+		t.Fatal(err)
+	}
+	auto, err := tp.EK(ctx, tpm.EKAuto)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if auto.Kind != tpm.EKECCP384 {
+		t.Fatalf("EKAuto chose %s, want ECC P-384 (before RSA 3072 in EKKinds)", auto.Kind)
+	}
+	ek, err := tp.EK(ctx, tpm.EKRSA3072)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ek.Public.(interface{ Equal(crypto.PublicKey) bool }).Equal(cert.PublicKey) {
+		t.Fatal("the EK derived with template H-6 is not the key swtpm_setup certified")
+	}
+}
+
+func keys(m map[uint32][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, fmt.Sprintf("%#x", k))
+	}
+	return out
 }

@@ -2918,6 +2918,367 @@ func (x *NodeHistoryResponse) GetState() string {
 	return ""
 }
 
+type ListVerdictsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// At most this many, newest first; 0 means 100.
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVerdictsRequest) Reset() {
+	*x = ListVerdictsRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVerdictsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVerdictsRequest) ProtoMessage() {}
+
+func (x *ListVerdictsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVerdictsRequest.ProtoReflect.Descriptor instead.
+func (*ListVerdictsRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ListVerdictsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ListVerdictsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListVerdictsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Verdicts      []*Verdict             `protobuf:"bytes,1,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListVerdictsResponse) Reset() {
+	*x = ListVerdictsResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListVerdictsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListVerdictsResponse) ProtoMessage() {}
+
+func (x *ListVerdictsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListVerdictsResponse.ProtoReflect.Descriptor instead.
+func (*ListVerdictsResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListVerdictsResponse) GetVerdicts() []*Verdict {
+	if x != nil {
+		return x.Verdicts
+	}
+	return nil
+}
+
+// Verdict is one evaluation of a node's TPM-proven boot evidence against
+// its class's boot policy.
+type Verdict struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	TimeUnixNano int64                  `protobuf:"varint,1,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// intake (a tpm join), renewal or boot-check.
+	Stage  string `protobuf:"bytes,2,opt,name=stage,proto3" json:"stage,omitempty"`
+	Class  string `protobuf:"bytes,3,opt,name=class,proto3" json:"class,omitempty"`
+	Passed bool   `protobuf:"varint,4,opt,name=passed,proto3" json:"passed,omitempty"`
+	// Every rule that failed, with its reason.
+	Failed []*FailedRule `protobuf:"bytes,5,rep,name=failed,proto3" json:"failed,omitempty"`
+	// SHA-256 (hex) of the server's nonce and of the quote (TPMS_ATTEST).
+	NonceSha256 string `protobuf:"bytes,6,opt,name=nonce_sha256,json=nonceSha256,proto3" json:"nonce_sha256,omitempty"`
+	QuoteSha256 string `protobuf:"bytes,7,opt,name=quote_sha256,json=quoteSha256,proto3" json:"quote_sha256,omitempty"`
+	// The policy version that decided ("sha256:" + hex).
+	PolicySha256  string `protobuf:"bytes,8,opt,name=policy_sha256,json=policySha256,proto3" json:"policy_sha256,omitempty"`
+	NodeId        string `protobuf:"bytes,9,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Verdict) Reset() {
+	*x = Verdict{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Verdict) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Verdict) ProtoMessage() {}
+
+func (x *Verdict) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
+func (*Verdict) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *Verdict) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *Verdict) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *Verdict) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *Verdict) GetPassed() bool {
+	if x != nil {
+		return x.Passed
+	}
+	return false
+}
+
+func (x *Verdict) GetFailed() []*FailedRule {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
+func (x *Verdict) GetNonceSha256() string {
+	if x != nil {
+		return x.NonceSha256
+	}
+	return ""
+}
+
+func (x *Verdict) GetQuoteSha256() string {
+	if x != nil {
+		return x.QuoteSha256
+	}
+	return ""
+}
+
+func (x *Verdict) GetPolicySha256() string {
+	if x != nil {
+		return x.PolicySha256
+	}
+	return ""
+}
+
+func (x *Verdict) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type FailedRule struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rule          string                 `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FailedRule) Reset() {
+	*x = FailedRule{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FailedRule) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FailedRule) ProtoMessage() {}
+
+func (x *FailedRule) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FailedRule.ProtoReflect.Descriptor instead.
+func (*FailedRule) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *FailedRule) GetRule() string {
+	if x != nil {
+		return x.Rule
+	}
+	return ""
+}
+
+func (x *FailedRule) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type CheckNodeRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckNodeRequest) Reset() {
+	*x = CheckNodeRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckNodeRequest) ProtoMessage() {}
+
+func (x *CheckNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckNodeRequest.ProtoReflect.Descriptor instead.
+func (*CheckNodeRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *CheckNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+type CheckNodeResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Verdict *Verdict               `protobuf:"bytes,1,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// What fleetd did about a failed verdict: "quarantined", "alerted",
+	// "none" (passed), or why it did nothing more.
+	Action        string `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CheckNodeResponse) Reset() {
+	*x = CheckNodeResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CheckNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CheckNodeResponse) ProtoMessage() {}
+
+func (x *CheckNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CheckNodeResponse.ProtoReflect.Descriptor instead.
+func (*CheckNodeResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *CheckNodeResponse) GetVerdict() *Verdict {
+	if x != nil {
+		return x.Verdict
+	}
+	return nil
+}
+
+func (x *CheckNodeResponse) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
 var File_nodetrust_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
@@ -3142,7 +3503,31 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"f\n" +
 	"\x13NodeHistoryResponse\x129\n" +
 	"\achanges\x18\x01 \x03(\v2\x1f.nodetrust.admin.v1.StateChangeR\achanges\x12\x14\n" +
-	"\x05state\x18\x02 \x01(\tR\x05state2\xe9\f\n" +
+	"\x05state\x18\x02 \x01(\tR\x05state\"D\n" +
+	"\x13ListVerdictsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"O\n" +
+	"\x14ListVerdictsResponse\x127\n" +
+	"\bverdicts\x18\x01 \x03(\v2\x1b.nodetrust.admin.v1.VerdictR\bverdicts\"\xaf\x02\n" +
+	"\aVerdict\x12$\n" +
+	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x14\n" +
+	"\x05stage\x18\x02 \x01(\tR\x05stage\x12\x14\n" +
+	"\x05class\x18\x03 \x01(\tR\x05class\x12\x16\n" +
+	"\x06passed\x18\x04 \x01(\bR\x06passed\x126\n" +
+	"\x06failed\x18\x05 \x03(\v2\x1e.nodetrust.admin.v1.FailedRuleR\x06failed\x12!\n" +
+	"\fnonce_sha256\x18\x06 \x01(\tR\vnonceSha256\x12!\n" +
+	"\fquote_sha256\x18\a \x01(\tR\vquoteSha256\x12#\n" +
+	"\rpolicy_sha256\x18\b \x01(\tR\fpolicySha256\x12\x17\n" +
+	"\anode_id\x18\t \x01(\tR\x06nodeId\"8\n" +
+	"\n" +
+	"FailedRule\x12\x12\n" +
+	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"+\n" +
+	"\x10CheckNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"b\n" +
+	"\x11CheckNodeResponse\x125\n" +
+	"\averdict\x18\x01 \x01(\v2\x1b.nodetrust.admin.v1.VerdictR\averdict\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action2\xa6\x0e\n" +
 	"\x05Admin\x12^\n" +
 	"\vCreateToken\x12&.nodetrust.admin.v1.CreateTokenRequest\x1a'.nodetrust.admin.v1.CreateTokenResponse\x12[\n" +
 	"\n" +
@@ -3165,7 +3550,9 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\n" +
 	"ListClaims\x12%.nodetrust.admin.v1.ListClaimsRequest\x1a&.nodetrust.admin.v1.ListClaimsResponse\x12g\n" +
 	"\x0eTransitionNode\x12).nodetrust.admin.v1.TransitionNodeRequest\x1a*.nodetrust.admin.v1.TransitionNodeResponse\x12^\n" +
-	"\vNodeHistory\x12&.nodetrust.admin.v1.NodeHistoryRequest\x1a'.nodetrust.admin.v1.NodeHistoryResponseB,Z*github.com/nodetrust/nodetrust/api/adminv1b\x06proto3"
+	"\vNodeHistory\x12&.nodetrust.admin.v1.NodeHistoryRequest\x1a'.nodetrust.admin.v1.NodeHistoryResponse\x12a\n" +
+	"\fListVerdicts\x12'.nodetrust.admin.v1.ListVerdictsRequest\x1a(.nodetrust.admin.v1.ListVerdictsResponse\x12X\n" +
+	"\tCheckNode\x12$.nodetrust.admin.v1.CheckNodeRequest\x1a%.nodetrust.admin.v1.CheckNodeResponseB,Z*github.com/nodetrust/nodetrust/api/adminv1b\x06proto3"
 
 var (
 	file_nodetrust_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -3179,7 +3566,7 @@ func file_nodetrust_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_nodetrust_admin_v1_admin_proto_rawDescData
 }
 
-var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
 var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*CreateTokenRequest)(nil),       // 0: nodetrust.admin.v1.CreateTokenRequest
 	(*CreateTokenResponse)(nil),      // 1: nodetrust.admin.v1.CreateTokenResponse
@@ -3225,6 +3612,12 @@ var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*StateChange)(nil),              // 41: nodetrust.admin.v1.StateChange
 	(*NodeHistoryRequest)(nil),       // 42: nodetrust.admin.v1.NodeHistoryRequest
 	(*NodeHistoryResponse)(nil),      // 43: nodetrust.admin.v1.NodeHistoryResponse
+	(*ListVerdictsRequest)(nil),      // 44: nodetrust.admin.v1.ListVerdictsRequest
+	(*ListVerdictsResponse)(nil),     // 45: nodetrust.admin.v1.ListVerdictsResponse
+	(*Verdict)(nil),                  // 46: nodetrust.admin.v1.Verdict
+	(*FailedRule)(nil),               // 47: nodetrust.admin.v1.FailedRule
+	(*CheckNodeRequest)(nil),         // 48: nodetrust.admin.v1.CheckNodeRequest
+	(*CheckNodeResponse)(nil),        // 49: nodetrust.admin.v1.CheckNodeResponse
 }
 var file_nodetrust_admin_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: nodetrust.admin.v1.CreateTokenResponse.info:type_name -> nodetrust.admin.v1.Token
@@ -3242,45 +3635,52 @@ var file_nodetrust_admin_v1_admin_proto_depIdxs = []int32{
 	36, // 12: nodetrust.admin.v1.ListClaimsResponse.claims:type_name -> nodetrust.admin.v1.Claim
 	5,  // 13: nodetrust.admin.v1.TransitionNodeResponse.node:type_name -> nodetrust.admin.v1.Node
 	41, // 14: nodetrust.admin.v1.NodeHistoryResponse.changes:type_name -> nodetrust.admin.v1.StateChange
-	0,  // 15: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
-	3,  // 16: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
-	6,  // 17: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
-	8,  // 18: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
-	10, // 19: nodetrust.admin.v1.Admin.RevokeNode:input_type -> nodetrust.admin.v1.RevokeNodeRequest
-	12, // 20: nodetrust.admin.v1.Admin.DeleteNode:input_type -> nodetrust.admin.v1.DeleteNodeRequest
-	14, // 21: nodetrust.admin.v1.Admin.ApproveNode:input_type -> nodetrust.admin.v1.ApproveNodeRequest
-	17, // 22: nodetrust.admin.v1.Admin.ListPending:input_type -> nodetrust.admin.v1.ListPendingRequest
-	20, // 23: nodetrust.admin.v1.Admin.CreateAdmin:input_type -> nodetrust.admin.v1.CreateAdminRequest
-	22, // 24: nodetrust.admin.v1.Admin.ListAdmins:input_type -> nodetrust.admin.v1.ListAdminsRequest
-	24, // 25: nodetrust.admin.v1.Admin.RevokeAdmin:input_type -> nodetrust.admin.v1.RevokeAdminRequest
-	26, // 26: nodetrust.admin.v1.Admin.ApplyInventory:input_type -> nodetrust.admin.v1.ApplyInventoryRequest
-	31, // 27: nodetrust.admin.v1.Admin.ListDeclarations:input_type -> nodetrust.admin.v1.ListDeclarationsRequest
-	34, // 28: nodetrust.admin.v1.Admin.ListChanges:input_type -> nodetrust.admin.v1.ListChangesRequest
-	37, // 29: nodetrust.admin.v1.Admin.ListClaims:input_type -> nodetrust.admin.v1.ListClaimsRequest
-	39, // 30: nodetrust.admin.v1.Admin.TransitionNode:input_type -> nodetrust.admin.v1.TransitionNodeRequest
-	42, // 31: nodetrust.admin.v1.Admin.NodeHistory:input_type -> nodetrust.admin.v1.NodeHistoryRequest
-	1,  // 32: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
-	4,  // 33: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
-	7,  // 34: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
-	9,  // 35: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
-	11, // 36: nodetrust.admin.v1.Admin.RevokeNode:output_type -> nodetrust.admin.v1.RevokeNodeResponse
-	13, // 37: nodetrust.admin.v1.Admin.DeleteNode:output_type -> nodetrust.admin.v1.DeleteNodeResponse
-	15, // 38: nodetrust.admin.v1.Admin.ApproveNode:output_type -> nodetrust.admin.v1.ApproveNodeResponse
-	18, // 39: nodetrust.admin.v1.Admin.ListPending:output_type -> nodetrust.admin.v1.ListPendingResponse
-	21, // 40: nodetrust.admin.v1.Admin.CreateAdmin:output_type -> nodetrust.admin.v1.CreateAdminResponse
-	23, // 41: nodetrust.admin.v1.Admin.ListAdmins:output_type -> nodetrust.admin.v1.ListAdminsResponse
-	25, // 42: nodetrust.admin.v1.Admin.RevokeAdmin:output_type -> nodetrust.admin.v1.RevokeAdminResponse
-	29, // 43: nodetrust.admin.v1.Admin.ApplyInventory:output_type -> nodetrust.admin.v1.ApplyInventoryResponse
-	32, // 44: nodetrust.admin.v1.Admin.ListDeclarations:output_type -> nodetrust.admin.v1.ListDeclarationsResponse
-	35, // 45: nodetrust.admin.v1.Admin.ListChanges:output_type -> nodetrust.admin.v1.ListChangesResponse
-	38, // 46: nodetrust.admin.v1.Admin.ListClaims:output_type -> nodetrust.admin.v1.ListClaimsResponse
-	40, // 47: nodetrust.admin.v1.Admin.TransitionNode:output_type -> nodetrust.admin.v1.TransitionNodeResponse
-	43, // 48: nodetrust.admin.v1.Admin.NodeHistory:output_type -> nodetrust.admin.v1.NodeHistoryResponse
-	32, // [32:49] is the sub-list for method output_type
-	15, // [15:32] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	46, // 15: nodetrust.admin.v1.ListVerdictsResponse.verdicts:type_name -> nodetrust.admin.v1.Verdict
+	47, // 16: nodetrust.admin.v1.Verdict.failed:type_name -> nodetrust.admin.v1.FailedRule
+	46, // 17: nodetrust.admin.v1.CheckNodeResponse.verdict:type_name -> nodetrust.admin.v1.Verdict
+	0,  // 18: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
+	3,  // 19: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
+	6,  // 20: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
+	8,  // 21: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
+	10, // 22: nodetrust.admin.v1.Admin.RevokeNode:input_type -> nodetrust.admin.v1.RevokeNodeRequest
+	12, // 23: nodetrust.admin.v1.Admin.DeleteNode:input_type -> nodetrust.admin.v1.DeleteNodeRequest
+	14, // 24: nodetrust.admin.v1.Admin.ApproveNode:input_type -> nodetrust.admin.v1.ApproveNodeRequest
+	17, // 25: nodetrust.admin.v1.Admin.ListPending:input_type -> nodetrust.admin.v1.ListPendingRequest
+	20, // 26: nodetrust.admin.v1.Admin.CreateAdmin:input_type -> nodetrust.admin.v1.CreateAdminRequest
+	22, // 27: nodetrust.admin.v1.Admin.ListAdmins:input_type -> nodetrust.admin.v1.ListAdminsRequest
+	24, // 28: nodetrust.admin.v1.Admin.RevokeAdmin:input_type -> nodetrust.admin.v1.RevokeAdminRequest
+	26, // 29: nodetrust.admin.v1.Admin.ApplyInventory:input_type -> nodetrust.admin.v1.ApplyInventoryRequest
+	31, // 30: nodetrust.admin.v1.Admin.ListDeclarations:input_type -> nodetrust.admin.v1.ListDeclarationsRequest
+	34, // 31: nodetrust.admin.v1.Admin.ListChanges:input_type -> nodetrust.admin.v1.ListChangesRequest
+	37, // 32: nodetrust.admin.v1.Admin.ListClaims:input_type -> nodetrust.admin.v1.ListClaimsRequest
+	39, // 33: nodetrust.admin.v1.Admin.TransitionNode:input_type -> nodetrust.admin.v1.TransitionNodeRequest
+	42, // 34: nodetrust.admin.v1.Admin.NodeHistory:input_type -> nodetrust.admin.v1.NodeHistoryRequest
+	44, // 35: nodetrust.admin.v1.Admin.ListVerdicts:input_type -> nodetrust.admin.v1.ListVerdictsRequest
+	48, // 36: nodetrust.admin.v1.Admin.CheckNode:input_type -> nodetrust.admin.v1.CheckNodeRequest
+	1,  // 37: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
+	4,  // 38: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
+	7,  // 39: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
+	9,  // 40: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
+	11, // 41: nodetrust.admin.v1.Admin.RevokeNode:output_type -> nodetrust.admin.v1.RevokeNodeResponse
+	13, // 42: nodetrust.admin.v1.Admin.DeleteNode:output_type -> nodetrust.admin.v1.DeleteNodeResponse
+	15, // 43: nodetrust.admin.v1.Admin.ApproveNode:output_type -> nodetrust.admin.v1.ApproveNodeResponse
+	18, // 44: nodetrust.admin.v1.Admin.ListPending:output_type -> nodetrust.admin.v1.ListPendingResponse
+	21, // 45: nodetrust.admin.v1.Admin.CreateAdmin:output_type -> nodetrust.admin.v1.CreateAdminResponse
+	23, // 46: nodetrust.admin.v1.Admin.ListAdmins:output_type -> nodetrust.admin.v1.ListAdminsResponse
+	25, // 47: nodetrust.admin.v1.Admin.RevokeAdmin:output_type -> nodetrust.admin.v1.RevokeAdminResponse
+	29, // 48: nodetrust.admin.v1.Admin.ApplyInventory:output_type -> nodetrust.admin.v1.ApplyInventoryResponse
+	32, // 49: nodetrust.admin.v1.Admin.ListDeclarations:output_type -> nodetrust.admin.v1.ListDeclarationsResponse
+	35, // 50: nodetrust.admin.v1.Admin.ListChanges:output_type -> nodetrust.admin.v1.ListChangesResponse
+	38, // 51: nodetrust.admin.v1.Admin.ListClaims:output_type -> nodetrust.admin.v1.ListClaimsResponse
+	40, // 52: nodetrust.admin.v1.Admin.TransitionNode:output_type -> nodetrust.admin.v1.TransitionNodeResponse
+	43, // 53: nodetrust.admin.v1.Admin.NodeHistory:output_type -> nodetrust.admin.v1.NodeHistoryResponse
+	45, // 54: nodetrust.admin.v1.Admin.ListVerdicts:output_type -> nodetrust.admin.v1.ListVerdictsResponse
+	49, // 55: nodetrust.admin.v1.Admin.CheckNode:output_type -> nodetrust.admin.v1.CheckNodeResponse
+	37, // [37:56] is the sub-list for method output_type
+	18, // [18:37] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_admin_v1_admin_proto_init() }
@@ -3294,7 +3694,7 @@ func file_nodetrust_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_admin_v1_admin_proto_rawDesc), len(file_nodetrust_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   44,
+			NumMessages:   50,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

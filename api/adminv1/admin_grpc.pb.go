@@ -42,6 +42,8 @@ const (
 	Admin_ListClaims_FullMethodName       = "/nodetrust.admin.v1.Admin/ListClaims"
 	Admin_TransitionNode_FullMethodName   = "/nodetrust.admin.v1.Admin/TransitionNode"
 	Admin_NodeHistory_FullMethodName      = "/nodetrust.admin.v1.Admin/NodeHistory"
+	Admin_ListVerdicts_FullMethodName     = "/nodetrust.admin.v1.Admin/ListVerdicts"
+	Admin_CheckNode_FullMethodName        = "/nodetrust.admin.v1.Admin/CheckNode"
 )
 
 // AdminClient is the client API for Admin service.
@@ -82,6 +84,14 @@ type AdminClient interface {
 	TransitionNode(ctx context.Context, in *TransitionNodeRequest, opts ...grpc.CallOption) (*TransitionNodeResponse, error)
 	// NodeHistory lists a node's state changes, oldest first.
 	NodeHistory(ctx context.Context, in *NodeHistoryRequest, opts ...grpc.CallOption) (*NodeHistoryResponse, error)
+	// ListVerdicts lists a node's boot-policy verdicts, newest first
+	// (docs/boot-policy.md); auditor, operator or owner.
+	ListVerdicts(ctx context.Context, in *ListVerdictsRequest, opts ...grpc.CallOption) (*ListVerdictsResponse, error)
+	// CheckNode asks the node's live session for boot evidence now and
+	// returns the verdict; UNAVAILABLE when the node has no live session on
+	// this server or does not answer in time (not evidence: nothing
+	// changes). Operator or owner.
+	CheckNode(ctx context.Context, in *CheckNodeRequest, opts ...grpc.CallOption) (*CheckNodeResponse, error)
 }
 
 type adminClient struct {
@@ -265,6 +275,26 @@ func (c *adminClient) NodeHistory(ctx context.Context, in *NodeHistoryRequest, o
 	return out, nil
 }
 
+func (c *adminClient) ListVerdicts(ctx context.Context, in *ListVerdictsRequest, opts ...grpc.CallOption) (*ListVerdictsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListVerdictsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListVerdicts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) CheckNode(ctx context.Context, in *CheckNodeRequest, opts ...grpc.CallOption) (*CheckNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CheckNodeResponse)
+	err := c.cc.Invoke(ctx, Admin_CheckNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -303,6 +333,14 @@ type AdminServer interface {
 	TransitionNode(context.Context, *TransitionNodeRequest) (*TransitionNodeResponse, error)
 	// NodeHistory lists a node's state changes, oldest first.
 	NodeHistory(context.Context, *NodeHistoryRequest) (*NodeHistoryResponse, error)
+	// ListVerdicts lists a node's boot-policy verdicts, newest first
+	// (docs/boot-policy.md); auditor, operator or owner.
+	ListVerdicts(context.Context, *ListVerdictsRequest) (*ListVerdictsResponse, error)
+	// CheckNode asks the node's live session for boot evidence now and
+	// returns the verdict; UNAVAILABLE when the node has no live session on
+	// this server or does not answer in time (not evidence: nothing
+	// changes). Operator or owner.
+	CheckNode(context.Context, *CheckNodeRequest) (*CheckNodeResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -363,6 +401,12 @@ func (UnimplementedAdminServer) TransitionNode(context.Context, *TransitionNodeR
 }
 func (UnimplementedAdminServer) NodeHistory(context.Context, *NodeHistoryRequest) (*NodeHistoryResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method NodeHistory not implemented")
+}
+func (UnimplementedAdminServer) ListVerdicts(context.Context, *ListVerdictsRequest) (*ListVerdictsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListVerdicts not implemented")
+}
+func (UnimplementedAdminServer) CheckNode(context.Context, *CheckNodeRequest) (*CheckNodeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method CheckNode not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -680,6 +724,42 @@ func _Admin_NodeHistory_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListVerdicts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListVerdictsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListVerdicts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListVerdicts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListVerdicts(ctx, req.(*ListVerdictsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_CheckNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CheckNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).CheckNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_CheckNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).CheckNode(ctx, req.(*CheckNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -750,6 +830,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeHistory",
 			Handler:    _Admin_NodeHistory_Handler,
+		},
+		{
+			MethodName: "ListVerdicts",
+			Handler:    _Admin_ListVerdicts_Handler,
+		},
+		{
+			MethodName: "CheckNode",
+			Handler:    _Admin_CheckNode_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -25,6 +25,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Purposes of a nonce.
+type NoncePurpose int32
+
+const (
+	NoncePurpose_NONCE_PURPOSE_UNSPECIFIED NoncePurpose = 0
+	// Hourly (or requested) boot evidence.
+	NoncePurpose_NONCE_PURPOSE_BOOT_CHECK NoncePurpose = 1
+	// The quote of an attested renewal.
+	NoncePurpose_NONCE_PURPOSE_RENEWAL NoncePurpose = 2
+)
+
+// Enum value maps for NoncePurpose.
+var (
+	NoncePurpose_name = map[int32]string{
+		0: "NONCE_PURPOSE_UNSPECIFIED",
+		1: "NONCE_PURPOSE_BOOT_CHECK",
+		2: "NONCE_PURPOSE_RENEWAL",
+	}
+	NoncePurpose_value = map[string]int32{
+		"NONCE_PURPOSE_UNSPECIFIED": 0,
+		"NONCE_PURPOSE_BOOT_CHECK":  1,
+		"NONCE_PURPOSE_RENEWAL":     2,
+	}
+)
+
+func (x NoncePurpose) Enum() *NoncePurpose {
+	p := new(NoncePurpose)
+	*p = x
+	return p
+}
+
+func (x NoncePurpose) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (NoncePurpose) Descriptor() protoreflect.EnumDescriptor {
+	return file_nodetrust_gateway_v1_gateway_proto_enumTypes[0].Descriptor()
+}
+
+func (NoncePurpose) Type() protoreflect.EnumType {
+	return &file_nodetrust_gateway_v1_gateway_proto_enumTypes[0]
+}
+
+func (x NoncePurpose) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use NoncePurpose.Descriptor instead.
+func (NoncePurpose) EnumDescriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{0}
+}
+
 type SessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Correlates a response with its request; 0 for messages that expect none.
@@ -35,6 +87,9 @@ type SessionRequest struct {
 	//	*SessionRequest_Renew
 	//	*SessionRequest_Ping
 	//	*SessionRequest_ProbeAck
+	//	*SessionRequest_NonceRequest
+	//	*SessionRequest_BootEvidence
+	//	*SessionRequest_AttestedRenew
 	Body          isSessionRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -120,6 +175,33 @@ func (x *SessionRequest) GetProbeAck() *Pong {
 	return nil
 }
 
+func (x *SessionRequest) GetNonceRequest() *NonceRequest {
+	if x != nil {
+		if x, ok := x.Body.(*SessionRequest_NonceRequest); ok {
+			return x.NonceRequest
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetBootEvidence() *BootEvidence {
+	if x != nil {
+		if x, ok := x.Body.(*SessionRequest_BootEvidence); ok {
+			return x.BootEvidence
+		}
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetAttestedRenew() *AttestedRenew {
+	if x != nil {
+		if x, ok := x.Body.(*SessionRequest_AttestedRenew); ok {
+			return x.AttestedRenew
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Body interface {
 	isSessionRequest_Body()
 }
@@ -141,6 +223,24 @@ type SessionRequest_ProbeAck struct {
 	ProbeAck *Pong `protobuf:"bytes,5,opt,name=probe_ack,json=probeAck,proto3,oneof"`
 }
 
+type SessionRequest_NonceRequest struct {
+	// Asks for a fresh nonce: for hourly boot evidence, or for a renewal
+	// of a certificate that names an AK. Answered with BootNonce.
+	NonceRequest *NonceRequest `protobuf:"bytes,6,opt,name=nonce_request,json=nonceRequest,proto3,oneof"`
+}
+
+type SessionRequest_BootEvidence struct {
+	// Boot evidence over a nonce the server gave on this session, with
+	// the id of the BootNonce it answers. Answered with BootCheckResult.
+	BootEvidence *BootEvidence `protobuf:"bytes,7,opt,name=boot_evidence,json=bootEvidence,proto3,oneof"`
+}
+
+type SessionRequest_AttestedRenew struct {
+	// A renewal of a certificate that names an AK, with a quote by that
+	// AK over a nonce of purpose "renewal". Answered like renew.
+	AttestedRenew *AttestedRenew `protobuf:"bytes,8,opt,name=attested_renew,json=attestedRenew,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Body() {}
 
 func (*SessionRequest_Renew) isSessionRequest_Body() {}
@@ -148,6 +248,12 @@ func (*SessionRequest_Renew) isSessionRequest_Body() {}
 func (*SessionRequest_Ping) isSessionRequest_Body() {}
 
 func (*SessionRequest_ProbeAck) isSessionRequest_Body() {}
+
+func (*SessionRequest_NonceRequest) isSessionRequest_Body() {}
+
+func (*SessionRequest_BootEvidence) isSessionRequest_Body() {}
+
+func (*SessionRequest_AttestedRenew) isSessionRequest_Body() {}
 
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -160,6 +266,8 @@ type SessionResponse struct {
 	//	*SessionResponse_Revoked
 	//	*SessionResponse_Error
 	//	*SessionResponse_Probe
+	//	*SessionResponse_Nonce
+	//	*SessionResponse_BootResult
 	Body          isSessionResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -263,6 +371,24 @@ func (x *SessionResponse) GetProbe() *Ping {
 	return nil
 }
 
+func (x *SessionResponse) GetNonce() *BootNonce {
+	if x != nil {
+		if x, ok := x.Body.(*SessionResponse_Nonce); ok {
+			return x.Nonce
+		}
+	}
+	return nil
+}
+
+func (x *SessionResponse) GetBootResult() *BootCheckResult {
+	if x != nil {
+		if x, ok := x.Body.(*SessionResponse_BootResult); ok {
+			return x.BootResult
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Body interface {
 	isSessionResponse_Body()
 }
@@ -296,6 +422,19 @@ type SessionResponse_Probe struct {
 	Probe *Ping `protobuf:"bytes,7,opt,name=probe,proto3,oneof"`
 }
 
+type SessionResponse_Nonce struct {
+	// A fresh nonce, single-use and bound to this session. With the id of
+	// a NonceRequest it answers it; with an id of the server's own it asks
+	// for boot evidence now (fleetd nodes check): the node answers with
+	// boot_evidence and that id.
+	Nonce *BootNonce `protobuf:"bytes,8,opt,name=nonce,proto3,oneof"`
+}
+
+type SessionResponse_BootResult struct {
+	// The outcome of boot evidence.
+	BootResult *BootCheckResult `protobuf:"bytes,9,opt,name=boot_result,json=bootResult,proto3,oneof"`
+}
+
 func (*SessionResponse_Welcome) isSessionResponse_Body() {}
 
 func (*SessionResponse_Renew) isSessionResponse_Body() {}
@@ -307,6 +446,10 @@ func (*SessionResponse_Revoked) isSessionResponse_Body() {}
 func (*SessionResponse_Error) isSessionResponse_Body() {}
 
 func (*SessionResponse_Probe) isSessionResponse_Body() {}
+
+func (*SessionResponse_Nonce) isSessionResponse_Body() {}
+
+func (*SessionResponse_BootResult) isSessionResponse_Body() {}
 
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -616,18 +759,339 @@ func (x *Error) GetRetryPushbackMs() uint32 {
 	return 0
 }
 
+type NonceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Purpose       NoncePurpose           `protobuf:"varint,1,opt,name=purpose,proto3,enum=nodetrust.gateway.v1.NoncePurpose" json:"purpose,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NonceRequest) Reset() {
+	*x = NonceRequest{}
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NonceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NonceRequest) ProtoMessage() {}
+
+func (x *NonceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
+func (*NonceRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *NonceRequest) GetPurpose() NoncePurpose {
+	if x != nil {
+		return x.Purpose
+	}
+	return NoncePurpose_NONCE_PURPOSE_UNSPECIFIED
+}
+
+type BootNonce struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Nonce   []byte                 `protobuf:"bytes,1,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	Purpose NoncePurpose           `protobuf:"varint,2,opt,name=purpose,proto3,enum=nodetrust.gateway.v1.NoncePurpose" json:"purpose,omitempty"`
+	// The evidence must arrive before this time.
+	NotAfterUnixNano int64 `protobuf:"varint,3,opt,name=not_after_unix_nano,json=notAfterUnixNano,proto3" json:"not_after_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *BootNonce) Reset() {
+	*x = BootNonce{}
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootNonce) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootNonce) ProtoMessage() {}
+
+func (x *BootNonce) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootNonce.ProtoReflect.Descriptor instead.
+func (*BootNonce) Descriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *BootNonce) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+func (x *BootNonce) GetPurpose() NoncePurpose {
+	if x != nil {
+		return x.Purpose
+	}
+	return NoncePurpose_NONCE_PURPOSE_UNSPECIFIED
+}
+
+func (x *BootNonce) GetNotAfterUnixNano() int64 {
+	if x != nil {
+		return x.NotAfterUnixNano
+	}
+	return 0
+}
+
+// BootEvidence is a quote of PCRs 0-7 (SHA-256 bank) by the AK the node's
+// certificate names, over a server-given nonce, with the boot's
+// measurement log.
+type BootEvidence struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Nonce []byte                 `protobuf:"bytes,1,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	// The AK's TPMT_PUBLIC; its name must be the one the certificate names.
+	AkPublic       []byte            `protobuf:"bytes,2,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`
+	QuoteAttest    []byte            `protobuf:"bytes,3,opt,name=quote_attest,json=quoteAttest,proto3" json:"quote_attest,omitempty"`
+	QuoteSignature []byte            `protobuf:"bytes,4,opt,name=quote_signature,json=quoteSignature,proto3" json:"quote_signature,omitempty"`
+	Pcrs           map[uint32][]byte `protobuf:"bytes,5,rep,name=pcrs,proto3" json:"pcrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The TCG measurement log (binary_bios_measurements).
+	EventLog []byte `protobuf:"bytes,6,opt,name=event_log,json=eventLog,proto3" json:"event_log,omitempty"`
+	// Set instead of the quote when the node could not make one (a TPM or
+	// event log failure): not evidence, so it changes nothing.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootEvidence) Reset() {
+	*x = BootEvidence{}
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootEvidence) ProtoMessage() {}
+
+func (x *BootEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootEvidence.ProtoReflect.Descriptor instead.
+func (*BootEvidence) Descriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *BootEvidence) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetAkPublic() []byte {
+	if x != nil {
+		return x.AkPublic
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetQuoteAttest() []byte {
+	if x != nil {
+		return x.QuoteAttest
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetQuoteSignature() []byte {
+	if x != nil {
+		return x.QuoteSignature
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetPcrs() map[uint32][]byte {
+	if x != nil {
+		return x.Pcrs
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetEventLog() []byte {
+	if x != nil {
+		return x.EventLog
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type AttestedRenew struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Renew         *joinv1.RenewRequest   `protobuf:"bytes,1,opt,name=renew,proto3" json:"renew,omitempty"`
+	Evidence      *BootEvidence          `protobuf:"bytes,2,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttestedRenew) Reset() {
+	*x = AttestedRenew{}
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttestedRenew) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttestedRenew) ProtoMessage() {}
+
+func (x *AttestedRenew) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttestedRenew.ProtoReflect.Descriptor instead.
+func (*AttestedRenew) Descriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *AttestedRenew) GetRenew() *joinv1.RenewRequest {
+	if x != nil {
+		return x.Renew
+	}
+	return nil
+}
+
+func (x *AttestedRenew) GetEvidence() *BootEvidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+type BootCheckResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// pass, fail, or not-evaluated (the evidence proved nothing: counted,
+	// nothing changes).
+	Result        string   `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	Failed        []string `protobuf:"bytes,2,rep,name=failed,proto3" json:"failed,omitempty"`
+	Detail        string   `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BootCheckResult) Reset() {
+	*x = BootCheckResult{}
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootCheckResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootCheckResult) ProtoMessage() {}
+
+func (x *BootCheckResult) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootCheckResult.ProtoReflect.Descriptor instead.
+func (*BootCheckResult) Descriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *BootCheckResult) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *BootCheckResult) GetFailed() []string {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
+func (x *BootCheckResult) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
 var File_nodetrust_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\"nodetrust/gateway/v1/gateway.proto\x12\x14nodetrust.gateway.v1\x1a\x1cnodetrust/join/v1/join.proto\"\x83\x02\n" +
+	"\"nodetrust/gateway/v1/gateway.proto\x12\x14nodetrust.gateway.v1\x1a\x1cnodetrust/join/v1/join.proto\"\xe7\x03\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
 	"\x05hello\x18\x02 \x01(\v2\x1b.nodetrust.gateway.v1.HelloH\x00R\x05hello\x127\n" +
 	"\x05renew\x18\x03 \x01(\v2\x1f.nodetrust.join.v1.RenewRequestH\x00R\x05renew\x120\n" +
 	"\x04ping\x18\x04 \x01(\v2\x1a.nodetrust.gateway.v1.PingH\x00R\x04ping\x129\n" +
-	"\tprobe_ack\x18\x05 \x01(\v2\x1a.nodetrust.gateway.v1.PongH\x00R\bprobeAckB\x06\n" +
-	"\x04body\"\xfd\x02\n" +
+	"\tprobe_ack\x18\x05 \x01(\v2\x1a.nodetrust.gateway.v1.PongH\x00R\bprobeAck\x12I\n" +
+	"\rnonce_request\x18\x06 \x01(\v2\".nodetrust.gateway.v1.NonceRequestH\x00R\fnonceRequest\x12I\n" +
+	"\rboot_evidence\x18\a \x01(\v2\".nodetrust.gateway.v1.BootEvidenceH\x00R\fbootEvidence\x12L\n" +
+	"\x0eattested_renew\x18\b \x01(\v2#.nodetrust.gateway.v1.AttestedRenewH\x00R\rattestedRenewB\x06\n" +
+	"\x04body\"\x80\x04\n" +
 	"\x0fSessionResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x129\n" +
 	"\awelcome\x18\x02 \x01(\v2\x1d.nodetrust.gateway.v1.WelcomeH\x00R\awelcome\x128\n" +
@@ -635,7 +1099,10 @@ const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x04pong\x18\x04 \x01(\v2\x1a.nodetrust.gateway.v1.PongH\x00R\x04pong\x12B\n" +
 	"\arevoked\x18\x05 \x01(\v2&.nodetrust.gateway.v1.RevocationNoticeH\x00R\arevoked\x123\n" +
 	"\x05error\x18\x06 \x01(\v2\x1b.nodetrust.gateway.v1.ErrorH\x00R\x05error\x122\n" +
-	"\x05probe\x18\a \x01(\v2\x1a.nodetrust.gateway.v1.PingH\x00R\x05probeB\x06\n" +
+	"\x05probe\x18\a \x01(\v2\x1a.nodetrust.gateway.v1.PingH\x00R\x05probe\x127\n" +
+	"\x05nonce\x18\b \x01(\v2\x1f.nodetrust.gateway.v1.BootNonceH\x00R\x05nonce\x12H\n" +
+	"\vboot_result\x18\t \x01(\v2%.nodetrust.gateway.v1.BootCheckResultH\x00R\n" +
+	"bootResultB\x06\n" +
 	"\x04body\"O\n" +
 	"\x05Hello\x12%\n" +
 	"\x0edaemon_version\x18\x01 \x01(\tR\rdaemonVersion\x12\x1f\n" +
@@ -654,7 +1121,35 @@ const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x05Error\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12*\n" +
-	"\x11retry_pushback_ms\x18\x03 \x01(\rR\x0fretryPushbackMs2e\n" +
+	"\x11retry_pushback_ms\x18\x03 \x01(\rR\x0fretryPushbackMs\"L\n" +
+	"\fNonceRequest\x12<\n" +
+	"\apurpose\x18\x01 \x01(\x0e2\".nodetrust.gateway.v1.NoncePurposeR\apurpose\"\x8e\x01\n" +
+	"\tBootNonce\x12\x14\n" +
+	"\x05nonce\x18\x01 \x01(\fR\x05nonce\x12<\n" +
+	"\apurpose\x18\x02 \x01(\x0e2\".nodetrust.gateway.v1.NoncePurposeR\apurpose\x12-\n" +
+	"\x13not_after_unix_nano\x18\x03 \x01(\x03R\x10notAfterUnixNano\"\xbb\x02\n" +
+	"\fBootEvidence\x12\x14\n" +
+	"\x05nonce\x18\x01 \x01(\fR\x05nonce\x12\x1b\n" +
+	"\tak_public\x18\x02 \x01(\fR\bakPublic\x12!\n" +
+	"\fquote_attest\x18\x03 \x01(\fR\vquoteAttest\x12'\n" +
+	"\x0fquote_signature\x18\x04 \x01(\fR\x0equoteSignature\x12@\n" +
+	"\x04pcrs\x18\x05 \x03(\v2,.nodetrust.gateway.v1.BootEvidence.PcrsEntryR\x04pcrs\x12\x1b\n" +
+	"\tevent_log\x18\x06 \x01(\fR\beventLog\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x1a7\n" +
+	"\tPcrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"\x86\x01\n" +
+	"\rAttestedRenew\x125\n" +
+	"\x05renew\x18\x01 \x01(\v2\x1f.nodetrust.join.v1.RenewRequestR\x05renew\x12>\n" +
+	"\bevidence\x18\x02 \x01(\v2\".nodetrust.gateway.v1.BootEvidenceR\bevidence\"Y\n" +
+	"\x0fBootCheckResult\x12\x16\n" +
+	"\x06result\x18\x01 \x01(\tR\x06result\x12\x16\n" +
+	"\x06failed\x18\x02 \x03(\tR\x06failed\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail*f\n" +
+	"\fNoncePurpose\x12\x1d\n" +
+	"\x19NONCE_PURPOSE_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18NONCE_PURPOSE_BOOT_CHECK\x10\x01\x12\x19\n" +
+	"\x15NONCE_PURPOSE_RENEWAL\x10\x022e\n" +
 	"\aGateway\x12Z\n" +
 	"\aSession\x12$.nodetrust.gateway.v1.SessionRequest\x1a%.nodetrust.gateway.v1.SessionResponse(\x010\x01B.Z,github.com/nodetrust/nodetrust/api/gatewayv1b\x06proto3"
 
@@ -670,37 +1165,55 @@ func file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_nodetrust_gateway_v1_gateway_proto_rawDescData
 }
 
-var file_nodetrust_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_nodetrust_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_nodetrust_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_nodetrust_gateway_v1_gateway_proto_goTypes = []any{
-	(*SessionRequest)(nil),       // 0: nodetrust.gateway.v1.SessionRequest
-	(*SessionResponse)(nil),      // 1: nodetrust.gateway.v1.SessionResponse
-	(*Hello)(nil),                // 2: nodetrust.gateway.v1.Hello
-	(*Welcome)(nil),              // 3: nodetrust.gateway.v1.Welcome
-	(*Ping)(nil),                 // 4: nodetrust.gateway.v1.Ping
-	(*Pong)(nil),                 // 5: nodetrust.gateway.v1.Pong
-	(*RevocationNotice)(nil),     // 6: nodetrust.gateway.v1.RevocationNotice
-	(*Error)(nil),                // 7: nodetrust.gateway.v1.Error
-	(*joinv1.RenewRequest)(nil),  // 8: nodetrust.join.v1.RenewRequest
-	(*joinv1.RenewResponse)(nil), // 9: nodetrust.join.v1.RenewResponse
+	(NoncePurpose)(0),            // 0: nodetrust.gateway.v1.NoncePurpose
+	(*SessionRequest)(nil),       // 1: nodetrust.gateway.v1.SessionRequest
+	(*SessionResponse)(nil),      // 2: nodetrust.gateway.v1.SessionResponse
+	(*Hello)(nil),                // 3: nodetrust.gateway.v1.Hello
+	(*Welcome)(nil),              // 4: nodetrust.gateway.v1.Welcome
+	(*Ping)(nil),                 // 5: nodetrust.gateway.v1.Ping
+	(*Pong)(nil),                 // 6: nodetrust.gateway.v1.Pong
+	(*RevocationNotice)(nil),     // 7: nodetrust.gateway.v1.RevocationNotice
+	(*Error)(nil),                // 8: nodetrust.gateway.v1.Error
+	(*NonceRequest)(nil),         // 9: nodetrust.gateway.v1.NonceRequest
+	(*BootNonce)(nil),            // 10: nodetrust.gateway.v1.BootNonce
+	(*BootEvidence)(nil),         // 11: nodetrust.gateway.v1.BootEvidence
+	(*AttestedRenew)(nil),        // 12: nodetrust.gateway.v1.AttestedRenew
+	(*BootCheckResult)(nil),      // 13: nodetrust.gateway.v1.BootCheckResult
+	nil,                          // 14: nodetrust.gateway.v1.BootEvidence.PcrsEntry
+	(*joinv1.RenewRequest)(nil),  // 15: nodetrust.join.v1.RenewRequest
+	(*joinv1.RenewResponse)(nil), // 16: nodetrust.join.v1.RenewResponse
 }
 var file_nodetrust_gateway_v1_gateway_proto_depIdxs = []int32{
-	2,  // 0: nodetrust.gateway.v1.SessionRequest.hello:type_name -> nodetrust.gateway.v1.Hello
-	8,  // 1: nodetrust.gateway.v1.SessionRequest.renew:type_name -> nodetrust.join.v1.RenewRequest
-	4,  // 2: nodetrust.gateway.v1.SessionRequest.ping:type_name -> nodetrust.gateway.v1.Ping
-	5,  // 3: nodetrust.gateway.v1.SessionRequest.probe_ack:type_name -> nodetrust.gateway.v1.Pong
-	3,  // 4: nodetrust.gateway.v1.SessionResponse.welcome:type_name -> nodetrust.gateway.v1.Welcome
-	9,  // 5: nodetrust.gateway.v1.SessionResponse.renew:type_name -> nodetrust.join.v1.RenewResponse
-	5,  // 6: nodetrust.gateway.v1.SessionResponse.pong:type_name -> nodetrust.gateway.v1.Pong
-	6,  // 7: nodetrust.gateway.v1.SessionResponse.revoked:type_name -> nodetrust.gateway.v1.RevocationNotice
-	7,  // 8: nodetrust.gateway.v1.SessionResponse.error:type_name -> nodetrust.gateway.v1.Error
-	4,  // 9: nodetrust.gateway.v1.SessionResponse.probe:type_name -> nodetrust.gateway.v1.Ping
-	0,  // 10: nodetrust.gateway.v1.Gateway.Session:input_type -> nodetrust.gateway.v1.SessionRequest
-	1,  // 11: nodetrust.gateway.v1.Gateway.Session:output_type -> nodetrust.gateway.v1.SessionResponse
-	11, // [11:12] is the sub-list for method output_type
-	10, // [10:11] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	3,  // 0: nodetrust.gateway.v1.SessionRequest.hello:type_name -> nodetrust.gateway.v1.Hello
+	15, // 1: nodetrust.gateway.v1.SessionRequest.renew:type_name -> nodetrust.join.v1.RenewRequest
+	5,  // 2: nodetrust.gateway.v1.SessionRequest.ping:type_name -> nodetrust.gateway.v1.Ping
+	6,  // 3: nodetrust.gateway.v1.SessionRequest.probe_ack:type_name -> nodetrust.gateway.v1.Pong
+	9,  // 4: nodetrust.gateway.v1.SessionRequest.nonce_request:type_name -> nodetrust.gateway.v1.NonceRequest
+	11, // 5: nodetrust.gateway.v1.SessionRequest.boot_evidence:type_name -> nodetrust.gateway.v1.BootEvidence
+	12, // 6: nodetrust.gateway.v1.SessionRequest.attested_renew:type_name -> nodetrust.gateway.v1.AttestedRenew
+	4,  // 7: nodetrust.gateway.v1.SessionResponse.welcome:type_name -> nodetrust.gateway.v1.Welcome
+	16, // 8: nodetrust.gateway.v1.SessionResponse.renew:type_name -> nodetrust.join.v1.RenewResponse
+	6,  // 9: nodetrust.gateway.v1.SessionResponse.pong:type_name -> nodetrust.gateway.v1.Pong
+	7,  // 10: nodetrust.gateway.v1.SessionResponse.revoked:type_name -> nodetrust.gateway.v1.RevocationNotice
+	8,  // 11: nodetrust.gateway.v1.SessionResponse.error:type_name -> nodetrust.gateway.v1.Error
+	5,  // 12: nodetrust.gateway.v1.SessionResponse.probe:type_name -> nodetrust.gateway.v1.Ping
+	10, // 13: nodetrust.gateway.v1.SessionResponse.nonce:type_name -> nodetrust.gateway.v1.BootNonce
+	13, // 14: nodetrust.gateway.v1.SessionResponse.boot_result:type_name -> nodetrust.gateway.v1.BootCheckResult
+	0,  // 15: nodetrust.gateway.v1.NonceRequest.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
+	0,  // 16: nodetrust.gateway.v1.BootNonce.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
+	14, // 17: nodetrust.gateway.v1.BootEvidence.pcrs:type_name -> nodetrust.gateway.v1.BootEvidence.PcrsEntry
+	15, // 18: nodetrust.gateway.v1.AttestedRenew.renew:type_name -> nodetrust.join.v1.RenewRequest
+	11, // 19: nodetrust.gateway.v1.AttestedRenew.evidence:type_name -> nodetrust.gateway.v1.BootEvidence
+	1,  // 20: nodetrust.gateway.v1.Gateway.Session:input_type -> nodetrust.gateway.v1.SessionRequest
+	2,  // 21: nodetrust.gateway.v1.Gateway.Session:output_type -> nodetrust.gateway.v1.SessionResponse
+	21, // [21:22] is the sub-list for method output_type
+	20, // [20:21] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_gateway_v1_gateway_proto_init() }
@@ -713,6 +1226,9 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 		(*SessionRequest_Renew)(nil),
 		(*SessionRequest_Ping)(nil),
 		(*SessionRequest_ProbeAck)(nil),
+		(*SessionRequest_NonceRequest)(nil),
+		(*SessionRequest_BootEvidence)(nil),
+		(*SessionRequest_AttestedRenew)(nil),
 	}
 	file_nodetrust_gateway_v1_gateway_proto_msgTypes[1].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),
@@ -721,19 +1237,22 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 		(*SessionResponse_Revoked)(nil),
 		(*SessionResponse_Error)(nil),
 		(*SessionResponse_Probe)(nil),
+		(*SessionResponse_Nonce)(nil),
+		(*SessionResponse_BootResult)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_gateway_v1_gateway_proto_rawDesc), len(file_nodetrust_gateway_v1_gateway_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   8,
+			NumEnums:      1,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_nodetrust_gateway_v1_gateway_proto_goTypes,
 		DependencyIndexes: file_nodetrust_gateway_v1_gateway_proto_depIdxs,
+		EnumInfos:         file_nodetrust_gateway_v1_gateway_proto_enumTypes,
 		MessageInfos:      file_nodetrust_gateway_v1_gateway_proto_msgTypes,
 	}.Build()
 	File_nodetrust_gateway_v1_gateway_proto = out.File

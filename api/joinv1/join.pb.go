@@ -262,8 +262,9 @@ type TpmEvidence struct {
 	// The EK certificate read from NV (DER), empty when the TPM has none;
 	// then the EK must be pinned for a known node.
 	EkCertificate []byte `protobuf:"bytes,1,opt,name=ek_certificate,json=ekCertificate,proto3" json:"ek_certificate,omitempty"`
-	// The NV index the certificate came from (0x01C00002, 0x01C0000A or
-	// 0x01C00016).
+	// The NV index the certificate came from: a low-range index (0x01C00002,
+	// 0x01C0000A) or a high-range one (0x01C00012 to 0x01C0001E) of the TCG
+	// EK Credential Profile.
 	EkCertificateIndex uint32 `protobuf:"varint,2,opt,name=ek_certificate_index,json=ekCertificateIndex,proto3" json:"ek_certificate_index,omitempty"`
 	EkPublic           []byte `protobuf:"bytes,3,opt,name=ek_public,json=ekPublic,proto3" json:"ek_public,omitempty"`
 	AkPublic           []byte `protobuf:"bytes,4,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`
@@ -272,8 +273,13 @@ type TpmEvidence struct {
 	NodeKeyPublic    []byte `protobuf:"bytes,5,opt,name=node_key_public,json=nodeKeyPublic,proto3" json:"node_key_public,omitempty"`
 	CertifyAttest    []byte `protobuf:"bytes,6,opt,name=certify_attest,json=certifyAttest,proto3" json:"certify_attest,omitempty"`
 	CertifySignature []byte `protobuf:"bytes,7,opt,name=certify_signature,json=certifySignature,proto3" json:"certify_signature,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// The intermediate CA certificates (DER) the TPM stores in its EK
+	// certificate chain indices (0x01C00100 on), in index order; empty when
+	// it has none. The server builds the chain through them to its
+	// manufacturer roots; they are never trusted by themselves.
+	EkChain       [][]byte `protobuf:"bytes,8,rep,name=ek_chain,json=ekChain,proto3" json:"ek_chain,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TpmEvidence) Reset() {
@@ -351,6 +357,13 @@ func (x *TpmEvidence) GetCertifyAttest() []byte {
 func (x *TpmEvidence) GetCertifySignature() []byte {
 	if x != nil {
 		return x.CertifySignature
+	}
+	return nil
+}
+
+func (x *TpmEvidence) GetEkChain() [][]byte {
+	if x != nil {
+		return x.EkChain
 	}
 	return nil
 }
@@ -1198,7 +1211,7 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"deferralId\x120\n" +
 	"\x03tpm\x18\t \x01(\v2\x1e.nodetrust.join.v1.TpmEvidenceR\x03tpm\x12:\n" +
 	"\x06answer\x18\n" +
-	" \x01(\v2\".nodetrust.join.v1.ChallengeAnswerR\x06answer\"\x9c\x02\n" +
+	" \x01(\v2\".nodetrust.join.v1.ChallengeAnswerR\x06answer\"\xb7\x02\n" +
 	"\vTpmEvidence\x12%\n" +
 	"\x0eek_certificate\x18\x01 \x01(\fR\rekCertificate\x120\n" +
 	"\x14ek_certificate_index\x18\x02 \x01(\rR\x12ekCertificateIndex\x12\x1b\n" +
@@ -1206,7 +1219,8 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"\tak_public\x18\x04 \x01(\fR\bakPublic\x12&\n" +
 	"\x0fnode_key_public\x18\x05 \x01(\fR\rnodeKeyPublic\x12%\n" +
 	"\x0ecertify_attest\x18\x06 \x01(\fR\rcertifyAttest\x12+\n" +
-	"\x11certify_signature\x18\a \x01(\fR\x10certifySignature\"\xb6\x02\n" +
+	"\x11certify_signature\x18\a \x01(\fR\x10certifySignature\x12\x19\n" +
+	"\bek_chain\x18\b \x03(\fR\aekChain\"\xb6\x02\n" +
 	"\x0fChallengeAnswer\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12)\n" +
 	"\x10activated_secret\x18\x02 \x01(\fR\x0factivatedSecret\x12!\n" +

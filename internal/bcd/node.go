@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
@@ -97,6 +98,12 @@ func RunNode(ctx context.Context, o NodeOptions) error {
 		RenewFraction: cfg.Renewal.Fraction,
 		BackoffMin:    cfg.Renewal.BackoffMin.Duration,
 		BackoffMax:    cfg.Renewal.BackoffMax.Duration,
+
+		BootCheckInterval: cfg.BootCheck.Interval.Duration,
+		EventLogPath:      cfg.BootCheck.EventLog,
+		// A TPM over TCP (swtpm) measured no boot of this host: send the
+		// host's log only when one is configured.
+		NoEventLog: cfg.BootCheck.EventLog == "" && strings.HasPrefix(cfg.TPM, "tcp://"),
 	}
 	if o.CrashAfter != "" {
 		nc.AfterStore = func(step string) {

@@ -10,12 +10,17 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fileperm"
+	"github.com/nodetrust/nodetrust/internal/fleetd/actuator"
+	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/debugserver"
+	"github.com/nodetrust/nodetrust/internal/fleetd/ekroots"
 	"github.com/nodetrust/nodetrust/internal/fleetd/export"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
@@ -92,6 +97,17 @@ func Run(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	boot, err := openBootPolicy(cfg, dataDir, log)
+	if err != nil {
+		return err
+	}
+	if boot.log != nil {
+		defer boot.log.Close()
+	}
+	kex, err := cfg.KeyExchanges()
+	if err != nil {
+		return err
+	}
 	// The SPIRE export's applier, when [export.spire] names a socket: on
 	// an interval, and after each retirement.
 	var spire *spireexport.Runner
@@ -107,19 +123,28 @@ func Run(ctx context.Context, o Options) error {
 		hooks = append(hooks, spire)
 	}
 	srv, err := service.New(service.Config{
-		Limits:           limits,
-		EKVerifier:       ekVerifier,
-		ChallengeTTL:     cfg.TPM.ChallengeTTL.Duration,
-		Authority:        auth,
-		Store:            st,
-		Logger:           log,
-		NodeCertLifetime: cfg.NodeCertLifetime.Duration,
-		TokenTTL:         cfg.TokenTTL.Duration,
-		MaxTokenTTL:      cfg.MaxTokenTTL.Duration,
-		RenewalLimit:     cfg.RenewalLimit,
-		RenewalWindow:    cfg.RenewalWindow.Duration,
-		RamdiskRoles:     cfg.RamdiskRoles,
-		PendingPoll:      cfg.PendingPoll.Duration,
+		BootPolicy:          boot.policies,
+		VerdictLog:          boot.log,
+		VerdictsKept:        cfg.BootPolicy.VerdictsKept,
+		ControlPlaneClasses: cfg.BootPolicy.ControlPlaneClasses,
+		BootCheckTimeout:    cfg.BootPolicy.BootCheckTimeout.Duration,
+		Actuator:            boot.actuator,
+
+		Limits:                     limits,
+		KeyExchanges:               kex,
+		EKVerifier:                 ekVerifier,
+		RequireEKCertificateAndPin: cfg.TPM.RequireEKCertificateAndPin,
+		ChallengeTTL:               cfg.TPM.ChallengeTTL.Duration,
+		Authority:                  auth,
+		Store:                      st,
+		Logger:                     log,
+		NodeCertLifetime:           cfg.NodeCertLifetime.Duration,
+		TokenTTL:                   cfg.TokenTTL.Duration,
+		MaxTokenTTL:                cfg.MaxTokenTTL.Duration,
+		RenewalLimit:               cfg.RenewalLimit,
+		RenewalWindow:              cfg.RenewalWindow.Duration,
+		RamdiskRoles:               cfg.RamdiskRoles,
+		PendingPoll:                cfg.PendingPoll.Duration,
 
 		AdvertiseAddresses: cfg.AdvertiseAddresses,
 
@@ -176,6 +201,23 @@ func Run(ctx context.Context, o Options) error {
 			// within the handshake timeout; an idle connection closes.
 			ReadHeaderTimeout: limits.HandshakeTimeout, IdleTimeout: limits.IdleTimeout,
 		}
+	}
+
+	var debugSrv *http.Server
+	if cfg.DebugListen != "" {
+		// Loopback only (checked by config): no authentication.
+		dln, err := net.Listen("tcp", cfg.DebugListen)
+		if err != nil {
+			ln.Close()
+			if httpLn != nil {
+				httpLn.Close()
+			}
+			return fmt.Errorf("listen on %s (debug_listen): %w", cfg.DebugListen, err)
+		}
+		debugSrv = &http.Server{Handler: debugserver.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 8 << 10}
+		go func() { _ = debugSrv.Serve(dln) }()
+		log.WarnContext(ctx, "debug endpoint listening: memory figures and the profiler, without authentication", "debug_listen", dln.Addr().String())
+		defer debugSrv.Close()
 	}
 
 	serveCtx, stop := context.WithCancel(ctx)
@@ -237,10 +279,10 @@ func logTokenChange(log *slog.Logger, ev pkcs11key.Event) {
 		logkey.PKCS11Token, ev.Token, logkey.PKCS11Module, ev.Module, logkey.Error, ev.Err)
 }
 
-// ekVerifier builds the EK certificate verifier from tpm.ek_roots, or nil
-// when none are configured.
+// ekVerifier builds the EK certificate verifier from tpm.ek_roots and
+// tpm.ek_roots_dir, or nil when neither is configured.
 func ekVerifier(cfg *config.Fleetd) (*attest.Verifier, error) {
-	if len(cfg.TPM.EKRoots) == 0 {
+	if len(cfg.TPM.EKRoots) == 0 && cfg.TPM.EKRootsDir == "" {
 		return nil, nil
 	}
 	roots, err := certPool(cfg, "tpm.ek_roots", cfg.TPM.EKRoots)
@@ -250,6 +292,24 @@ func ekVerifier(cfg *config.Fleetd) (*attest.Verifier, error) {
 	inter, err := certPool(cfg, "tpm.ek_intermediates", cfg.TPM.EKIntermediates)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.TPM.EKRootsDir != "" {
+		dir := cfg.Resolve(cfg.TPM.EKRootsDir)
+		b, err := ekroots.Load(dir, time.Now())
+		if err != nil {
+			return nil, fmt.Errorf("tpm.ek_roots_dir: %w", err)
+		}
+		if b.HasErrors() {
+			return nil, fmt.Errorf("tpm.ek_roots_dir: the bundle %s has errors (fleetd ek-roots check %s says more): %w", dir, dir, b.Errors())
+		}
+		for _, e := range b.Entries {
+			switch e.Kind {
+			case ekroots.Root:
+				roots.AddCert(e.Cert)
+			case ekroots.Intermediate:
+				inter.AddCert(e.Cert)
+			}
+		}
 	}
 	return attest.New(attest.Config{Roots: roots, Intermediates: inter})
 }
@@ -347,4 +407,71 @@ func (g serverSafeguards) Allowed(ctx context.Context, digest string) (bool, err
 
 func (g serverSafeguards) Record(ctx context.Context, r export.Run) error {
 	return g.s.RecordExportRun(ctx, "fleetd", r)
+}
+
+// bootWiring is what [boot_policy] and [actuator] make.
+type bootWiring struct {
+	policies *bootpolicy.Policies
+	log      *bootpolicy.VerdictLog
+	actuator actuator.Actuator
+}
+
+// openBootPolicy loads the boot policies when [boot_policy] names a
+// directory, failing closed: an unreadable directory or file, a class a
+// declaration may name (or the default worker, or a control-plane class)
+// without a policy, or a policy for a class no declaration may name (a
+// mistyped class) stops fleetd with a message naming it. It opens
+// verdicts.jsonl in data_dir and the actuator. Without [boot_policy] a tpm
+// join only checks that the event log replays, and there are no boot
+// checks.
+func openBootPolicy(cfg *config.Fleetd, dataDir string, log *slog.Logger) (bootWiring, error) {
+	var w bootWiring
+	if cfg.Actuator.WebhookURL != "" {
+		a, err := actuator.NewWebhook(actuator.WebhookConfig{URL: cfg.Actuator.WebhookURL, Timeout: cfg.Actuator.WebhookTimeout.Duration})
+		if err != nil {
+			return w, fmt.Errorf("actuator.webhook_url: %w", err)
+		}
+		w.actuator = a
+	}
+	if cfg.BootPolicy.Dir == "" {
+		log.Info("no [boot_policy] dir: tpm joins check only that the event log replays; no boot checks (docs/boot-policy.md)")
+		return w, nil
+	}
+	dir := cfg.Resolve(cfg.BootPolicy.Dir)
+	ps, err := bootpolicy.Load(bootpolicy.Config{Dir: dir})
+	if err != nil {
+		return w, fmt.Errorf("boot_policy.dir %s: %w; fix the policy files (fleetd policy check tests one) or remove [boot_policy] dir", dir, err)
+	}
+	classes := cfg.Inventory.Classes
+	if len(classes) == 0 {
+		classes = lifecycle.DefaultClasses
+	}
+	need := append([]string{service.DefaultClass}, classes...)
+	need = append(need, cfg.BootPolicy.ControlPlaneClasses...)
+	var missing, unknown []string
+	for _, c := range need {
+		if _, err := ps.Policy(c); err != nil && !slices.Contains(missing, c) {
+			missing = append(missing, c)
+		}
+	}
+	for _, c := range ps.Classes() {
+		if !slices.Contains(need, c) {
+			unknown = append(unknown, c)
+		}
+	}
+	if len(missing) > 0 {
+		return w, fmt.Errorf("boot_policy.dir %s has no policy for class %s: a machine of a class without a policy could never join; add a policy file for each (docs/boot-policy.md)",
+			dir, strings.Join(missing, ", "))
+	}
+	if len(unknown) > 0 {
+		return w, fmt.Errorf("boot_policy.dir %s has a policy for class %s, which no declaration may name (inventory.classes: %s): a mistyped class? rename it or add the class to inventory.classes",
+			dir, strings.Join(unknown, ", "), strings.Join(classes, ", "))
+	}
+	vl, err := bootpolicy.OpenVerdictLog(bootpolicy.VerdictLogConfig{Dir: dataDir, MaxBytes: cfg.BootPolicy.VerdictLogMaxBytes, Keep: cfg.BootPolicy.VerdictLogKeep})
+	if err != nil {
+		return w, fmt.Errorf("boot_policy: %w", err)
+	}
+	w.policies, w.log = ps, vl
+	log.Info("boot policy loaded", "dir", dir, "classes", strings.Join(ps.Classes(), ","), "verdict_log", vl.Path())
+	return w, nil
 }

@@ -227,7 +227,10 @@ func TestLifecycleQuarantined(t *testing.T) {
 	if r := cp.fleetd(t, operator, "nodes", "quarantine", "web-01", "--reason", "twice"); r.code == 0 || !strings.Contains(r.stderr, "FailedPrecondition") {
 		t.Errorf("quarantine of a quarantined node: %s", r)
 	}
-	cp.mustFleetd(t, operator, "nodes", "release", "web-01", "--reason", "firmware reflashed")
+	if r := cp.fleetd(t, operator, "nodes", "release", "web-01", "--reason", "firmware reflashed"); r.code == 0 || !strings.Contains(r.stderr, "PermissionDenied") {
+		t.Errorf("an operator's release (owner only): %s", r)
+	}
+	cp.mustFleetd(t, "", "nodes", "release", "web-01", "--reason", "firmware reflashed")
 	b := startAgent(t, m)
 	b.waitFor(t, renewedRE, 60*time.Second)
 	h := cp.history(t, "web-01")

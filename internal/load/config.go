@@ -2,13 +2,16 @@ package load
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/pki"
 )
 
@@ -36,9 +39,10 @@ type Config struct {
 	// comma-separated, are replicas on one database: each connection takes
 	// the next, admin calls go to the first.
 	Server string
-	// ServerPID is the running server's process; 0 looks for the local
-	// process listening on the server's port.
-	ServerPID int
+	// ServerPIDs are the running server's processes (one per replica:
+	// the server columns sum them); none looks for the local process
+	// listening on the first address's port.
+	ServerPIDs []int
 	// KEM is the join encryption KEM of a started server.
 	KEM string
 	// PKCS11 are the --pkcs11 values a started server's fleetd init gets
@@ -47,6 +51,13 @@ type Config struct {
 	PKCS11        []string
 	PKCS11Module  string
 	PKCS11PINFile string
+	// KeyExchanges is the started server's tls_key_exchanges, comma
+	// separated (X25519MLKEM768, X25519, P256, P384); empty is Go's
+	// default, the hybrid first. The floor's handshakes use the same.
+	KeyExchanges string
+	// ServerDebug is a targeted server's debug_listen address, for its
+	// heap; a started server always gets one.
+	ServerDebug string
 	// Role and Site of the tokens.
 	Role string
 	Site string
@@ -129,8 +140,29 @@ func (c *Config) validate() error {
 		return errors.New("--server needs --config: the running server's fleetd.toml (for its pki_dir)")
 	case c.Timeout <= 0 || c.Settle < 0 || c.FloorTime <= 0:
 		return errors.New("--timeout and --floor-time must be positive, --settle not negative")
+	case c.KeyExchanges != "" && c.ServerConfig != "":
+		return errors.New("--tls-key-exchanges sets up a server the tool starts; a running server (--config) offers its tls_key_exchanges")
+	case c.ServerDebug != "" && c.ServerConfig == "":
+		return errors.New("--server-debug needs --config: a started server's debug endpoint is the tool's own")
+	}
+	if _, _, err := c.keyExchanges(); err != nil {
+		return fmt.Errorf("--tls-key-exchanges: %w", err)
 	}
 	return nil
+}
+
+// keyExchanges returns the names and curve ids of --tls-key-exchanges;
+// none for Go's default.
+func (c *Config) keyExchanges() ([]string, []tls.CurveID, error) {
+	if c.KeyExchanges == "" {
+		return nil, nil, nil
+	}
+	names := strings.Split(c.KeyExchanges, ",")
+	for i := range names {
+		names[i] = strings.TrimSpace(names[i])
+	}
+	ids, err := (&config.Fleetd{TLSKeyExchanges: names}).KeyExchanges()
+	return names, ids, err
 }
 
 func (c *Config) warnf(format string, args ...any) {
@@ -152,11 +184,13 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&c.Fleetd, "fleetd", "", "fleetd binary to start (default: fleetd next to this program, else in PATH)")
 	fs.StringVar(&c.ServerConfig, "config", "", "target the running server of this fleetd.toml instead of starting one")
 	fs.StringVar(&c.Server, "server", "", "with --config: the server's address, when not the one in fleetd.toml; several, comma-separated, for replicas on one database (connections take them in turn; admin calls go to the first)")
-	fs.IntVar(&c.ServerPID, "server-pid", 0, "with --config: the server's process id (default: the local process listening on its port)")
+	fs.IntSliceVar(&c.ServerPIDs, "server-pid", nil, "with --config: the server's process id; several, comma-separated, for replicas (the server columns sum them) (default: the local process listening on the first address's port)")
 	fs.StringVar(&c.KEM, "kem", pki.KEMP256, "join encryption KEM of the started server: p256 or mlkem768-p256")
 	fs.StringArrayVar(&c.PKCS11, "pkcs11", nil, "a started server makes its keys in a PKCS#11 token: passed to fleetd init --pkcs11 (repeatable; see docs/pki.md)")
 	fs.StringVar(&c.PKCS11Module, "pkcs11-module", "", "with --pkcs11: the PKCS#11 module, for the started server's [pkcs11] module")
 	fs.StringVar(&c.PKCS11PINFile, "pkcs11-pin-file", "", "with --pkcs11: the file holding the token's PIN (mode 0600), for [pkcs11] pin_file")
+	fs.StringVar(&c.KeyExchanges, "tls-key-exchanges", "", "TLS key exchanges of the started server (its tls_key_exchanges), comma-separated: X25519MLKEM768, X25519, P256, P384 (default Go's: the hybrid X25519MLKEM768 first)")
+	fs.StringVar(&c.ServerDebug, "server-debug", "", "with --config: the server's debug_listen address, to read its heap (a started server always has one)")
 	fs.StringVar(&c.Role, "role", "load", "role of the join tokens")
 	fs.StringVar(&c.Site, "site", "", "site of the join tokens")
 	fs.DurationVar(&c.Timeout, "timeout", time.Minute, "longest wait for one operation")

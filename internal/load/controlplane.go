@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +24,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/debugserver"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
@@ -30,12 +34,15 @@ import (
 type controlPlane struct {
 	addr   string
 	bundle *pki.Bundle
-	// pid is the server process, 0 when unknown (server columns stay
-	// empty).
-	pid          int
+	// pids are the server's processes (several for replicas), none when
+	// unknown (server columns stay empty).
+	pids         []int
 	started      bool
 	dir          string
 	renewalLimit int
+	// debug is the server's debug_listen address, "" when unknown (the
+	// heap columns stay empty).
+	debug string
 
 	cmd     *exec.Cmd
 	exited  chan struct{}
@@ -133,6 +140,10 @@ func (cp *controlPlane) serve(ctx context.Context, bin string, c *Config) error 
 		return err
 	}
 	cp.addr = net.JoinHostPort("127.0.0.1", port)
+	if port, err = freePort(); err != nil {
+		return err
+	}
+	cp.debug = net.JoinHostPort("127.0.0.1", port)
 	if err := cp.writeConfig(c, cp.addr); err != nil {
 		return err
 	}
@@ -143,7 +154,7 @@ func (cp *controlPlane) serve(ctx context.Context, bin string, c *Config) error 
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s serve: %w", bin, err)
 	}
-	cp.cmd, cp.pid = cmd, cmd.Process.Pid
+	cp.cmd, cp.pids = cmd, []int{cmd.Process.Pid}
 	cp.exited = make(chan struct{})
 	go func() { cp.waitErr = cmd.Wait(); close(cp.exited) }()
 	deadline := time.NewTimer(60 * time.Second)
@@ -176,6 +187,16 @@ func (cp *controlPlane) writeConfig(c *Config, listen string) error {
 	text := fmt.Sprintf("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = %q\nlog_level = \"warn\"\n"+
 		"renewal_limit = %d\nrenewal_window = \"1h\"\ntoken_ttl = \"12h\"\n[limits]\nmax_connections_per_source = %d\n",
 		listen, cp.renewalLimit, c.Nodes+c.Concurrency+64)
+	if cp.debug != "" {
+		text = fmt.Sprintf("debug_listen = %q\n", cp.debug) + text
+	}
+	if names, _, _ := c.keyExchanges(); len(names) > 0 {
+		q := make([]string, len(names))
+		for i, n := range names {
+			q[i] = strconv.Quote(n)
+		}
+		text = fmt.Sprintf("tls_key_exchanges = [%s]\n", strings.Join(q, ", ")) + text
+	}
 	if c.PKCS11Module != "" || c.PKCS11PINFile != "" {
 		text += fmt.Sprintf("[pkcs11]\nmodule = %q\npin_file = %q\n", c.PKCS11Module, c.PKCS11PINFile)
 	}
@@ -205,7 +226,7 @@ func targetControlPlane(ctx context.Context, c *Config, warn func(string, ...any
 		return nil, err
 	}
 	pkiDir := cfg.Resolve(cfg.PKIDir)
-	cp := &controlPlane{addr: cfg.AdminAddress(), renewalLimit: cfg.RenewalLimit, pid: c.ServerPID}
+	cp := &controlPlane{addr: cfg.AdminAddress(), renewalLimit: cfg.RenewalLimit, pids: c.ServerPIDs, debug: c.ServerDebug}
 	if c.Server != "" {
 		cp.addr = c.Server
 	}
@@ -215,10 +236,15 @@ func targetControlPlane(ctx context.Context, c *Config, warn func(string, ...any
 	if c.Renewals > cp.renewalLimit {
 		warn("the server allows %d renewals per node in %s (renewal_limit), the run asks for %d: expect pushback errors", cp.renewalLimit, cfg.RenewalWindow.Duration, c.Renewals)
 	}
-	if cp.pid == 0 {
-		if cp.pid, err = findListenerPID(cp.first()); err != nil {
+	if len(cp.pids) == 0 {
+		pid, err := findListenerPID(cp.first())
+		if err != nil {
 			warn("%v; server CPU and memory are not reported", err)
-			cp.pid = 0
+		} else {
+			cp.pids = []int{pid}
+		}
+		if strings.Contains(cp.addr, ",") {
+			warn("several --server addresses and one --server-pid found (the first's): the server columns count that replica only; pass --server-pid with every replica's")
 		}
 	}
 	if err := cp.connect(ctx, pkiDir); err != nil {
@@ -360,4 +386,30 @@ func (t *tailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return string(t.b)
+}
+
+// heap reads the server's memory figures from its debug endpoint, after a
+// garbage collection when gc is set.
+func (cp *controlPlane) heap(gc bool) (debugserver.Memory, error) {
+	var m debugserver.Memory
+	if cp.debug == "" {
+		return m, errors.New("no debug endpoint")
+	}
+	url := "http://" + cp.debug + "/debug/memory"
+	if gc {
+		url += "?gc=1"
+	}
+	client := http.Client{Timeout: 30 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return m, fmt.Errorf("read the server's heap: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return m, fmt.Errorf("read the server's heap: %s", resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&m); err != nil {
+		return m, fmt.Errorf("read the server's heap: %w", err)
+	}
+	return m, nil
 }

@@ -71,7 +71,7 @@ const (
 // measureFloor measures, in this process, the cryptography one join and
 // one renewal cannot avoid, with a PKI like the server's (pki.Init with
 // the server's KEM), spending about d on each item.
-func measureFloor(ctx context.Context, kem string, d time.Duration) (*Floor, error) {
+func measureFloor(ctx context.Context, kem string, kex []tls.CurveID, d time.Duration) (*Floor, error) {
 	dir, err := os.MkdirTemp("", "nodetrust-load-floor-")
 	if err != nil {
 		return nil, fmt.Errorf("crypto floor: %w", err)
@@ -159,7 +159,7 @@ func measureFloor(ctx context.Context, kem string, d time.Duration) (*Floor, err
 		server, client string
 		cert           *tls.Certificate
 	}{{fTLSServer, fTLSClient, nil}, {fMTLSServer, fMTLSClient, nodeCert}} {
-		srv, cli, err := handshakeCPU(ctx, a, hs.cert, d)
+		srv, cli, err := handshakeCPU(ctx, a, hs.cert, kex, d)
 		if err != nil {
 			return nil, fmt.Errorf("crypto floor, TLS handshake: %w", err)
 		}
@@ -235,12 +235,13 @@ func cpuPerOp(fn func() error, d time.Duration) (float64, error) {
 // client certificate when not nil. Each end runs on its own locked OS
 // thread, whose CPU clock splits the pair's process CPU time between the
 // two ends. It returns the median microseconds per handshake of each end.
-func handshakeCPU(ctx context.Context, a *pki.Authority, clientCert *tls.Certificate, d time.Duration) (server, client float64, err error) {
+func handshakeCPU(ctx context.Context, a *pki.Authority, clientCert *tls.Certificate, kex []tls.CurveID, d time.Duration) (server, client float64, err error) {
 	pool := x509.NewCertPool()
 	pool.AddCert(a.ServingCA)
 	pool.AddCert(a.NodeCA)
 	scfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{a.ServingCert},
-		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool, NextProtos: []string{"h2"}}
+		ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool, NextProtos: []string{"h2"},
+		CurvePreferences: kex}
 	var get func(*tls.CertificateRequestInfo) (*tls.Certificate, error)
 	if clientCert != nil {
 		get = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return clientCert, nil }

@@ -133,26 +133,27 @@ func (r *runner) parallel(ctx context.Context, n int, f func(i int)) {
 // CPU time and peak memory over it, this process's CPU time, and p's
 // counts and latencies.
 func (r *runner) measure(p *phase, body func()) PhaseResult {
-	pid := r.cp.pid
+	pids := r.cp.pids
 	var before procUsage
 	peakReset := false
-	if pid > 0 {
-		peakReset = resetPeak(pid) == nil
-		before, _ = sampleProc(pid)
+	heapBefore, heapErr := r.cp.heap(true)
+	if len(pids) > 0 {
+		peakReset = resetPeaks(pids) == nil
+		before, _ = sampleProcs(pids)
 	}
 	tool0 := selfCPU()
 	stop := make(chan struct{})
 	watched := make(chan struct{})
 	p.ctr.start = time.Now()
-	go func() { r.c.con.watch(p.ctr, pid, stop); close(watched) }()
+	go func() { r.c.con.watch(p.ctr, pids, stop); close(watched) }()
 	body()
 	elapsed := time.Since(p.ctr.start)
 	close(stop)
 	<-watched
 	res := p.result(elapsed)
 	res.ToolCPUSeconds = (selfCPU() - tool0).Seconds()
-	if pid > 0 {
-		if after, err := sampleProc(pid); err == nil {
+	if len(pids) > 0 {
+		if after, err := sampleProcs(pids); err == nil {
 			res.Server = &ServerUsage{
 				CPUSeconds:     (after.CPU - before.CPU).Seconds(),
 				PeakRSSBytes:   after.HWM,
@@ -161,6 +162,12 @@ func (r *runner) measure(p *phase, body func()) PhaseResult {
 				RSSAfterBytes:  after.RSS,
 			}
 			res.Server.perOp(res.Ops)
+			if heapErr == nil {
+				if h, err := r.cp.heap(true); err == nil {
+					res.Server.HeapBeforeBytes = int64(heapBefore.HeapObjectsBytes + heapBefore.StacksBytes)
+					res.Server.HeapAfterBytes = int64(h.HeapObjectsBytes + h.StacksBytes)
+				}
+			}
 		} else if !r.cp.alive() {
 			r.c.warnf("the server is gone: %v", err)
 		}

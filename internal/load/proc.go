@@ -94,6 +94,32 @@ func parseStatusMem(b []byte) (hwm, rss int64) {
 	return hwm, rss
 }
 
+// sampleProcs is sampleProc summed over several processes (the replicas
+// of one control plane): CPU time, RSS and the peaks each reached.
+func sampleProcs(pids []int) (procUsage, error) {
+	var sum procUsage
+	for _, pid := range pids {
+		u, err := sampleProc(pid)
+		if err != nil {
+			return procUsage{}, fmt.Errorf("process %d: %w", pid, err)
+		}
+		sum.CPU += u.CPU
+		sum.RSS += u.RSS
+		sum.HWM += u.HWM
+	}
+	return sum, nil
+}
+
+// resetPeaks is resetPeak of every process of pids.
+func resetPeaks(pids []int) error {
+	for _, pid := range pids {
+		if err := resetPeak(pid); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // resetPeak resets the process's VmHWM to its current RSS (writing 5 to
 // /proc/<pid>/clear_refs), so that the next reading is the peak of one
 // phase, not of the process's life.

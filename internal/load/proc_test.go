@@ -38,6 +38,41 @@ func TestSampleSelf(t *testing.T) {
 	}
 }
 
+// TestSampleSeveral sums the processes of several replicas: this process
+// and its parent (go test), each read alone before and after.
+func TestSampleSeveral(t *testing.T) {
+	pids := []int{os.Getpid(), os.Getppid()}
+	var lo procUsage
+	for _, pid := range pids {
+		u, err := sampleProc(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lo.CPU += u.CPU
+	}
+	sum, err := sampleProcs(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hi procUsage
+	for _, pid := range pids {
+		u, err := sampleProc(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hi.CPU += u.CPU
+		if u.RSS > sum.RSS {
+			t.Errorf("process %d alone has RSS %d, above the sum %d", pid, u.RSS, sum.RSS)
+		}
+	}
+	if sum.CPU < lo.CPU || sum.CPU > hi.CPU {
+		t.Errorf("summed CPU %s, want between %s and %s", sum.CPU, lo.CPU, hi.CPU)
+	}
+	if _, err := sampleProcs([]int{os.Getpid(), -1}); err == nil {
+		t.Error("a process that does not exist was sampled")
+	}
+}
+
 func TestPercentile(t *testing.T) {
 	var d []time.Duration
 	for i := 1; i <= 100; i++ {

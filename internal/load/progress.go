@@ -72,8 +72,9 @@ type counter struct {
 const progressInterval = 250 * time.Millisecond
 
 // watch draws ctr on the progress line until stop is closed, with the
-// server's CPU use and memory when pid is known.
-func (c *console) watch(ctr *counter, pid int, stop <-chan struct{}) {
+// server's CPU use and memory (summed over pids) when its processes are
+// known.
+func (c *console) watch(ctr *counter, pids []int, stop <-chan struct{}) {
 	if c.progress == nil {
 		return
 	}
@@ -81,8 +82,8 @@ func (c *console) watch(ctr *counter, pid int, stop <-chan struct{}) {
 	defer t.Stop()
 	var last procUsage
 	lastAt := time.Now()
-	if pid > 0 {
-		last, _ = sampleProc(pid)
+	if len(pids) > 0 {
+		last, _ = sampleProcs(pids)
 	}
 	for {
 		select {
@@ -93,8 +94,8 @@ func (c *console) watch(ctr *counter, pid int, stop <-chan struct{}) {
 			ok, fail := ctr.ok.Load(), ctr.fail.Load()
 			rate := float64(ok) / now.Sub(ctr.start).Seconds()
 			line := fmt.Sprintf("%-12s %d/%d ok, %d errors, %.0f/s", ctr.name, ok, ctr.total, fail, rate)
-			if pid > 0 {
-				if u, err := sampleProc(pid); err == nil {
+			if len(pids) > 0 {
+				if u, err := sampleProcs(pids); err == nil {
 					cpu := float64(u.CPU-last.CPU) / float64(now.Sub(lastAt))
 					line += fmt.Sprintf(", server CPU %.0f%%, RSS %s", 100*cpu, mib(u.RSS))
 					last, lastAt = u, now

@@ -63,8 +63,14 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 			_ = cp.stop(&c)
 		}
 	}()
+	kexNames, kexIDs, _ := c.keyExchanges()
 	rep.Run = RunInfo{Nodes: c.Nodes, Concurrency: c.Concurrency, Renewals: c.Renewals, Revoke: c.Revoke,
-		KEM: cp.jwk.KEM(), Server: "targeted", Address: cp.addr, PID: cp.pid, NoFile: lim.Cur}
+		KEM: cp.jwk.KEM(), KeyExchanges: kexNames, Server: "targeted", Address: cp.addr, NoFile: lim.Cur}
+	if len(cp.pids) == 1 {
+		rep.Run.PID = cp.pids[0]
+	} else if len(cp.pids) > 1 {
+		rep.Run.PIDs = cp.pids
+	}
 	if cp.started {
 		rep.Run.Server = "started"
 		if locs, err := pki.LocateKeys(filepath.Join(cp.dir, "pki")); err == nil {
@@ -77,12 +83,12 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	}
 
 	c.con.status("measuring the crypto floor")
-	if rep.Floor, err = measureFloor(ctx, cp.jwk.KEM(), c.FloorTime); err != nil {
+	if rep.Floor, err = measureFloor(ctx, cp.jwk.KEM(), kexIDs, c.FloorTime); err != nil {
 		return nil, err
 	}
 	c.con.done()
-	if cp.pid > 0 {
-		if u, err := sampleProc(cp.pid); err == nil {
+	if len(cp.pids) > 0 {
+		if u, err := sampleProcs(cp.pids); err == nil {
 			rep.Run.ServerRSSIdleBytes = u.RSS
 		}
 	}
@@ -259,7 +265,12 @@ func (r *runner) sessions(ctx context.Context, idleRSS int64) PhaseResult {
 		r.c.con.status(fmt.Sprintf("holding %d sessions for %s", res.Ops, r.c.Settle))
 		time.Sleep(r.c.Settle)
 		r.c.con.done()
-		if u, err := sampleProc(r.cp.pid); err == nil {
+		if h, err := r.cp.heap(true); err == nil && s.HeapBeforeBytes > 0 {
+			s.HeapHeldBytes = int64(h.HeapObjectsBytes + h.StacksBytes)
+			s.HeapPerSessionBytes = float64(s.HeapHeldBytes-s.HeapBeforeBytes) / float64(res.Ops)
+			s.GoroutinesHeld = int64(h.Goroutines)
+		}
+		if u, err := sampleProcs(r.cp.pids); err == nil {
 			s.RSSHeldBytes = u.RSS
 			s.PeakRSSWithSessionsHeldBytes = u.HWM
 			s.RSSPerSessionBytes = float64(u.RSS-s.RSSBeforeBytes) / float64(res.Ops)

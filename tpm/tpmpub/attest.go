@@ -100,8 +100,9 @@ func parseStrict[T tpm2.Marshallable, P interface {
 
 // EKPublicKey returns the public key in pub, the parsed public area of an
 // endorsement key, checking it against want, the EK template it was derived
-// from: the same type, and for ECC the same curve (NIST P-256 or P-384, with
-// a point on it); an RSA EK must have a 2048-bit modulus. It returns an
+// from: the same type, and for ECC the same curve (NIST P-256, P-384 or
+// P-521, with a point on it); an RSA EK must have the template's modulus
+// size (2048, 3072 or 4096 bits). It returns an
 // *rsa.PublicKey or an *ecdsa.PublicKey. The object attributes and the
 // other parameters are left to the caller.
 func EKPublicKey(pub, want tpm2.TPMTPublic) (crypto.PublicKey, error) {
@@ -122,8 +123,12 @@ func EKPublicKey(pub, want tpm2.TPMTPublic) (crypto.PublicKey, error) {
 		if err != nil {
 			return nil, err
 		}
-		if k.N.BitLen() != 2048 {
-			return nil, fmt.Errorf("RSA EK of %d bits, want 2048", k.N.BitLen())
+		bits := 2048
+		if wp, err := want.Parameters.RSADetail(); err == nil && wp.KeyBits != 0 {
+			bits = int(wp.KeyBits)
+		}
+		if k.N.BitLen() != bits {
+			return nil, fmt.Errorf("RSA EK of %d bits, want %d", k.N.BitLen(), bits)
 		}
 		return k, nil
 	case tpm2.TPMAlgECC:
@@ -140,8 +145,10 @@ func EKPublicKey(pub, want tpm2.TPMTPublic) (crypto.PublicKey, error) {
 			curve = elliptic.P256()
 		case tpm2.TPMECCNistP384:
 			curve = elliptic.P384()
+		case tpm2.TPMECCNistP521:
+			curve = elliptic.P521()
 		default:
-			return nil, fmt.Errorf("EK template on curve %#x, want NIST P-256 or P-384", uint16(wp.CurveID))
+			return nil, fmt.Errorf("EK template on curve %#x, want NIST P-256, P-384 or P-521", uint16(wp.CurveID))
 		}
 		parms, err := pub.Parameters.ECCDetail()
 		if err != nil {

@@ -72,3 +72,20 @@ func WriteNV(t testing.TB, tr transport.TPM, idx uint32, data []byte, size int) 
 		}
 	}
 }
+
+// UndefineNV removes idx, an index defined with platform authorization
+// (as [WriteNV] and swtpm_setup define EK certificate indices), as a
+// manufacturer that ships no such certificate would have left it.
+func UndefineNV(t testing.TB, tr transport.TPM, idx uint32) {
+	t.Helper()
+	rp, err := tpm2.NVReadPublic{NVIndex: tpm2.TPMHandle(idx)}.Execute(tr)
+	if err != nil {
+		t.Fatalf("TPM2_NV_ReadPublic %#x: %v", idx, err)
+	}
+	if _, err := (tpm2.NVUndefineSpace{
+		AuthHandle: tpm2.AuthHandle{Handle: tpm2.TPMRHPlatform, Auth: tpm2.PasswordAuth(nil)},
+		NVIndex:    tpm2.NamedHandle{Handle: tpm2.TPMHandle(idx), Name: rp.NVName},
+	}).Execute(tr); err != nil {
+		t.Fatalf("TPM2_NV_UndefineSpace %#x: %v", idx, err)
+	}
+}

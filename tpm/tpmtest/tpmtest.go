@@ -35,6 +35,8 @@ type Swtpm struct {
 	Dir string
 	// Port is the TPM command port on 127.0.0.1; Port+1 is the control port.
 	Port int
+
+	rsaKeySize int
 }
 
 // Spec returns the tpm setting that opens this swtpm with [tpm.Open].
@@ -50,6 +52,19 @@ func (s *Swtpm) Open(t testing.TB) *tpm.TPM {
 	}
 	t.Cleanup(func() { _ = tp.Close() })
 	return tp
+}
+
+// OpenRaw opens the swtpm on a connection of its own and returns it both
+// as a [tpm.TPM] and as the raw transport under it, for the commands a
+// test sends itself (as the TPM's manufacturer: NV writes with platform
+// authorization). It is closed when the test ends; close it before opening
+// another.
+func (s *Swtpm) OpenRaw(t testing.TB) (*tpm.TPM, transport.TPMCloser) {
+	t.Helper()
+	tr := s.raw(t)
+	tp := tpm.New(tr, tr)
+	t.Cleanup(func() { _ = tp.Close() })
+	return tp, tr
 }
 
 // IssuerCertificate returns the local CA's certificate that signed the EK
@@ -119,7 +134,14 @@ func RequireSwtpm(t testing.TB) {
 // StartSwtpm starts a freshly provisioned swtpm in a t.TempDir() on a free
 // loopback port with scripts/swtpm-start.sh, and stops it when the test ends.
 // It calls [RequireSwtpm] first.
-func StartSwtpm(t testing.TB) *Swtpm {
+func StartSwtpm(t testing.TB) *Swtpm { t.Helper(); return startSwtpm(t, 2048) }
+
+// StartSwtpmRSA3072 is [StartSwtpm] with swtpm_setup --rsa-keysize 3072:
+// the RSA EK is RSA 3072 (template H-6), certified at NV 0x01C0001C, and
+// the TPM has no RSA 2048 EK certificate.
+func StartSwtpmRSA3072(t testing.TB) *Swtpm { t.Helper(); return startSwtpm(t, 3072) }
+
+func startSwtpm(t testing.TB, rsaKeySize int) *Swtpm {
 	t.Helper()
 	RequireSwtpm(t)
 	script, err := scriptPath("swtpm-start.sh")
@@ -130,7 +152,7 @@ func StartSwtpm(t testing.TB) *Swtpm {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Swtpm{Dir: t.TempDir()}
+	s := &Swtpm{Dir: t.TempDir(), rsaKeySize: rsaKeySize}
 	s.start(t, script)
 	t.Cleanup(func() {
 		if out, err := exec.Command("bash", stop, s.Dir).CombinedOutput(); err != nil {
@@ -150,7 +172,11 @@ func (s *Swtpm) start(t testing.TB, script string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, err := exec.Command("bash", script, s.Dir, fmt.Sprint(port)).CombinedOutput()
+		args := []string{script, s.Dir, fmt.Sprint(port)}
+		if s.rsaKeySize != 0 {
+			args = append(args, fmt.Sprint(s.rsaKeySize))
+		}
+		out, err := exec.Command("bash", args...).CombinedOutput()
 		if err == nil {
 			s.Port = port
 			return
@@ -158,6 +184,54 @@ func (s *Swtpm) start(t testing.TB, script string) {
 		lastErr = fmt.Errorf("%s %s %d: %v\n%s", script, s.Dir, port, err, out)
 	}
 	t.Fatalf("start swtpm: %v", lastErr)
+}
+
+// Twin starts a second swtpm on a copy of s's state: the same seeds, so
+// the same EK, EK certificates and keys, as a TPM whose state was copied
+// would have. Nothing may use s while its state is copied. The twin stops
+// when the test ends.
+func (s *Swtpm) Twin(t testing.TB) *Swtpm {
+	t.Helper()
+	script, err := scriptPath("swtpm-start.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, err := scriptPath("swtpm-stop.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw := &Swtpm{Dir: t.TempDir()}
+	err = filepath.WalkDir(s.Dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(s.Dir, path)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(tw.Dir, rel)
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, 0o700)
+		case !d.Type().IsRegular(), strings.HasSuffix(d.Name(), ".pid"), strings.HasSuffix(d.Name(), ".lock"), strings.HasSuffix(d.Name(), ".log"):
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(dst, b, 0o600)
+	})
+	if err != nil {
+		t.Fatalf("copy the swtpm state: %v", err)
+	}
+	tw.start(t, script)
+	t.Cleanup(func() {
+		if out, err := exec.Command("bash", stop, tw.Dir).CombinedOutput(); err != nil {
+			t.Errorf("stop swtpm: %v\n%s", err, out)
+		}
+	})
+	return tw
 }
 
 // Restart stops swtpm and starts it again on the same state, as a reboot

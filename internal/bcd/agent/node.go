@@ -96,6 +96,16 @@ type NodeConfig struct {
 	// kill the process there.
 	AfterStore func(step string)
 	Now        func() time.Time
+
+	// BootCheckInterval is how often the node sends boot evidence when
+	// its certificate names an AK (default 1 h, with a tenth of jitter);
+	// the control plane may also ask for it at any time.
+	BootCheckInterval time.Duration
+	// EventLogPath is the measurement log sent with the evidence
+	// (default DefaultEventLogPath); NoEventLog sends none (a TPM that
+	// measured no boot of this host, such as swtpm).
+	EventLogPath string
+	NoEventLog   bool
 }
 
 func (c *NodeConfig) defaults() {
@@ -116,6 +126,12 @@ func (c *NodeConfig) defaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.BootCheckInterval <= 0 {
+		c.BootCheckInterval = DefaultBootCheckInterval
+	}
+	if c.EventLogPath == "" {
+		c.EventLogPath = DefaultEventLogPath
 	}
 }
 
@@ -280,6 +296,11 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 		nextID   uint64 = 1
 		inflight *renewal
 		deadline <-chan time.Time
+		// nonceFor is the id of a NonceRequest for a renewal in flight
+		// (a certificate that names an AK renews with a fresh quote);
+		// checkID that of one for a boot check.
+		nonceFor uint64
+		checkID  uint64
 	)
 	defer func() {
 		if inflight != nil {
@@ -288,20 +309,42 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 	}()
 	timer := time.NewTimer(n.untilRenew())
 	defer timer.Stop()
+	checks := time.NewTimer(jittered(n.c.BootCheckInterval))
+	defer checks.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-recvErr:
 			return n.streamErr(ctx, stream, err)
+		case <-checks.C:
+			checks.Reset(jittered(n.c.BootCheckInterval))
+			if !n.bootChecks() {
+				continue
+			}
+			nextID++
+			checkID = nextID
+			if err := stream.Send(&gatewayv1.SessionRequest{Id: checkID, Body: &gatewayv1.SessionRequest_NonceRequest{NonceRequest: &gatewayv1.NonceRequest{Purpose: gatewayv1.NoncePurpose_NONCE_PURPOSE_BOOT_CHECK}}}); err != nil {
+				return err
+			}
 		case <-timer.C:
-			if inflight != nil {
+			if inflight != nil || nonceFor != 0 {
 				continue
 			}
 			if err := n.expired(ctx, n.lastErr); err != nil {
 				return err
 			}
-			r, err := n.startRenewal(ctx)
+			if len(n.akName()) > 0 {
+				// Ask for the nonce the renewal's quote covers first.
+				nextID++
+				nonceFor = nextID
+				if err := stream.Send(&gatewayv1.SessionRequest{Id: nonceFor, Body: &gatewayv1.SessionRequest_NonceRequest{NonceRequest: &gatewayv1.NonceRequest{Purpose: gatewayv1.NoncePurpose_NONCE_PURPOSE_RENEWAL}}}); err != nil {
+					return err
+				}
+				deadline = time.After(30 * time.Second)
+				continue
+			}
+			r, err := n.startRenewal(ctx, nil)
 			if err != nil {
 				n.renewalFailed(ctx, err, 0)
 				timer.Reset(n.untilRenew())
@@ -316,13 +359,53 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 			deadline = time.After(30 * time.Second)
 		case <-deadline:
 			n.renewalFailed(ctx, errors.New("no answer to the renewal within 30s"), 0)
-			closeKey(inflight.key)
-			inflight, deadline = nil, nil
+			if inflight != nil {
+				closeKey(inflight.key)
+			}
+			inflight, deadline, nonceFor = nil, nil, 0
 			timer.Reset(n.untilRenew())
 		case m := <-msgs:
 			switch b := m.Body.(type) {
 			case *gatewayv1.SessionResponse_Revoked:
 				return n.revoked(ctx, b.Revoked)
+			case *gatewayv1.SessionResponse_Nonce:
+				bn := b.Nonce
+				if nonceFor != 0 && m.Id == nonceFor && bn.Purpose == gatewayv1.NoncePurpose_NONCE_PURPOSE_RENEWAL {
+					nonceFor = 0
+					r, err := n.startRenewal(ctx, bn.Nonce)
+					if err != nil {
+						n.renewalFailed(ctx, err, 0)
+						deadline = nil
+						timer.Reset(n.untilRenew())
+						continue
+					}
+					nextID++
+					r.id = nextID
+					req := &gatewayv1.SessionRequest{Id: r.id, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}}
+					if r.attested != nil {
+						req.Body = &gatewayv1.SessionRequest_AttestedRenew{AttestedRenew: r.attested}
+					}
+					if err := stream.Send(req); err != nil {
+						return err
+					}
+					inflight = r
+					deadline = time.After(30 * time.Second)
+					continue
+				}
+				if bn.Purpose != gatewayv1.NoncePurpose_NONCE_PURPOSE_BOOT_CHECK {
+					continue
+				}
+				// A boot check: the node's own (checkID) or one the
+				// control plane asks for now.
+				ev := n.bootEvidence(ctx, bn.Nonce)
+				if ev.Error != "" {
+					n.log.WarnContext(ctx, "boot evidence could not be made", logkey.Error, ev.Error)
+				}
+				if err := stream.Send(&gatewayv1.SessionRequest{Id: m.Id, Body: &gatewayv1.SessionRequest_BootEvidence{BootEvidence: ev}}); err != nil {
+					return err
+				}
+			case *gatewayv1.SessionResponse_BootResult:
+				n.bootResult(ctx, b.BootResult)
 			case *gatewayv1.SessionResponse_Probe:
 				if err := stream.Send(&gatewayv1.SessionRequest{Id: m.Id, Body: &gatewayv1.SessionRequest_ProbeAck{ProbeAck: &gatewayv1.Pong{}}}); err != nil {
 					return err
@@ -338,6 +421,17 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 				inflight, deadline = nil, nil
 				timer.Reset(n.untilRenew())
 			case *gatewayv1.SessionResponse_Error:
+				if checkID != 0 && m.Id == checkID {
+					n.log.DebugContext(ctx, "boot check not taken", logkey.Error, b.Error.Message)
+					checkID = 0
+					continue
+				}
+				if nonceFor != 0 && m.Id == nonceFor {
+					nonceFor, deadline = 0, nil
+					n.renewalFailed(ctx, fmt.Errorf("nonce for the renewal: %s: %s", codes.Code(b.Error.Code), b.Error.Message), time.Duration(b.Error.RetryPushbackMs)*time.Millisecond)
+					timer.Reset(n.untilRenew())
+					continue
+				}
 				if inflight == nil || m.Id != inflight.id {
 					continue
 				}
@@ -400,17 +494,22 @@ func (n *node) journal(ctx context.Context, kind, detail string) {
 
 // renewal is one renewal in flight.
 type renewal struct {
-	id      uint64
-	req     *joinv1.RenewRequest
-	key     crypto.Signer
-	keyPEM  []byte
-	keyKind string
-	csrHash []byte
+	id  uint64
+	req *joinv1.RenewRequest
+	// attested is req with the boot evidence over the session's nonce,
+	// for a certificate that names an AK.
+	attested *gatewayv1.AttestedRenew
+	key      crypto.Signer
+	keyPEM   []byte
+	keyKind  string
+	csrHash  []byte
 }
 
 // startRenewal makes the next key, stores it as node.key.next, and builds
-// the request with the current key's proof of possession (steps 1–3).
-func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
+// the request with the current key's proof of possession (steps 1–3). A
+// certificate that names an AK adds the AK's certification of the next key
+// and its quote of the boot over nonce (the session's).
+func (n *node) startRenewal(ctx context.Context, nonce []byte) (_ *renewal, err error) {
 	st := n.state()
 	n.dropPrevious()
 	info, err := pki.ParseNodeCert(st.Leaf)
@@ -460,7 +559,11 @@ func (n *node) startRenewal(ctx context.Context) (_ *renewal, err error) {
 		}
 		req.KeyAttestation = &joinv1.KeyAttestation{AkPublic: ak.PublicArea(), KeyPublic: tk.PublicArea(), CertifyAttest: attest, CertifySignature: sig}
 	}
-	return &renewal{req: req, key: key, keyPEM: keyPEM, keyKind: kind, csrHash: h[:]}, nil
+	r := &renewal{req: req, key: key, keyPEM: keyPEM, keyKind: kind, csrHash: h[:]}
+	if ak != nil && nonce != nil {
+		r.attested = &gatewayv1.AttestedRenew{Renew: req, Evidence: n.evidence(ctx, ak, nonce)}
+	}
+	return r, nil
 }
 
 // loadAK loads the AK the certificate names and checks it is that AK.

@@ -346,7 +346,7 @@ func TestRenewalFailuresBackOff(t *testing.T) {
 		},
 		{
 			name: "the control plane's store fails to record the renewal",
-			arm:  func(cp *controlPlane) { cp.store.FailNext("RecordRenewal", storefault.ErrInjected) },
+			arm:  func(cp *controlPlane) { cp.store.FailNext("RecordRenewalLimited", storefault.ErrInjected) },
 			want: "Unavailable: renewal could not be recorded; retry",
 		},
 	}

@@ -148,3 +148,46 @@ func TestSimTPMJoinRenewsWithTheAK(t *testing.T) {
 		t.Error("the renewal kept the key")
 	}
 }
+
+// TestSimTPMJoinECCOnly joins with a TPM whose only EK certificate is a
+// high-range ECC P-256 one (0x01C00014, template H-2), as a vendor that
+// certifies ECC alone ships it: the node picks the EK that certificate
+// certifies, and the control plane trusts it, activates the credential
+// and records that EK's pin.
+func TestSimTPMJoinECCOnly(t *testing.T) {
+	tp, tr := tpmtest.OpenSim(t)
+	mfr := tpmtest.NewManufacturer(t, "ECC-only TPM manufacturer", nil)
+	mfr.Provision(t, tp, tr, tpm.EKECCP256High)
+	ek, err := tp.EK(t.Context(), tpm.EKECCP256High)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantPin, err := attest.EKPin(ek.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifier, err := attest.New(attest.Config{Roots: mfr.Pool()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := startControlPlane(t, func(c *service.Config) { c.EKVerifier = verifier })
+	resp, err := cp.admin.CreateToken(t.Context(), &adminv1.CreateTokenRequest{Role: "gpu", Site: "rack7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	res, err := agent.Join(t.Context(), agent.JoinConfig{
+		Servers: []string{cp.addr}, ServerName: "localhost", Pins: cp.pins, JWK: cp.jwk, DataDir: dir,
+		Attestor: "tpm", TPM: agent.Direct(tp),
+		Token:  func() ([]byte, error) { return []byte(resp.Token), nil },
+		Claims: hwclaims.Claims{ProductUUID: "00000000-0000-4000-8000-00000000ecc1", Hostname: "ecc-1"},
+	})
+	if err != nil {
+		t.Fatalf("tpm join with an ECC-only TPM: %v", err)
+	}
+	identity.CloseSigner(res.State.Key)
+	node, err := cp.db.GetNode(t.Context(), res.State.Identity.NodeID)
+	if err != nil || node.EKPin != wantPin {
+		t.Fatalf("control plane's node %+v, %v; want the EK pin %s of the high-range P-256 EK", node, err, wantPin)
+	}
+}

@@ -21,8 +21,9 @@ type tpmJoin struct {
 	eventLog []byte
 }
 
-// evidence reads the EK certificate and EK, makes the AK, and has it
-// certify the node key over sha256(csr).
+// evidence reads the EK certificates (and the chain stored in NV) and the
+// EK its certificate certifies, makes the AK, and has it certify the node
+// key over sha256(csr).
 func (j *tpmJoin) evidence(ctx context.Context, key crypto.Signer, csrHash []byte) (*joinv1.TpmEvidence, error) {
 	nodeKey, ok := key.(tpm.NodeKey)
 	if !ok {
@@ -43,9 +44,18 @@ func (j *tpmJoin) evidence(ctx context.Context, key crypto.Signer, csrHash []byt
 		return nil, fmt.Errorf("certify the node key with the AK: %w", err)
 	}
 	idx := j.ek.Kind.CertIndex()
+	// The chain a manufacturer stored in NV lets the server build the path
+	// through vendor intermediates. A chain index that does not split into
+	// DER certificates is left out: the EK may still be pinned, and the
+	// server refuses an untrusted certificate anyway.
+	chain, err := tpm.SplitEKChain(certs)
+	if err != nil {
+		chain = nil
+	}
 	return &joinv1.TpmEvidence{
 		EkCertificate:      certs[idx],
 		EkCertificateIndex: idx,
+		EkChain:            chain,
 		EkPublic:           j.ek.PublicArea,
 		AkPublic:           j.ak.PublicArea(),
 		NodeKeyPublic:      nodeKey.PublicArea(),

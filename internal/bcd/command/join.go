@@ -155,8 +155,8 @@ func runJoin(cmd *cobra.Command, f joinFlags) error {
 	}
 	defer closeTPM()
 	jc.TPM, jc.Attestor = t, attestor
-	if t != nil && attestor == config.AttestorTPM && !strings.HasPrefix(cfg.TPM, "tcp://") {
-		if jc.EventLog, err = readEventLog(eventLogPath); err != nil {
+	if t != nil && attestor == config.AttestorTPM && (cfg.BootCheck.EventLog != "" || !strings.HasPrefix(cfg.TPM, "tcp://")) {
+		if jc.EventLog, err = readEventLog(eventLogOf(cfg)); err != nil {
 			return err
 		}
 	}
@@ -341,8 +341,14 @@ func siteOrDash(s string) string {
 	return s
 }
 
-// eventLogPath is where Linux exposes the firmware's TPM event log.
-const eventLogPath = "/sys/kernel/security/tpm0/binary_bios_measurements"
+// eventLogOf is the boot's event log: [boot_check] event_log, else where
+// Linux exposes the firmware's.
+func eventLogOf(cfg *config.BCD) string {
+	if cfg.BootCheck.EventLog != "" {
+		return cfg.BootCheck.EventLog
+	}
+	return config.DefaultEventLog
+}
 
 // readEventLog reads the boot's measurement log; a host without one (no
 // securityfs, a TPM the firmware did not measure into) has none.

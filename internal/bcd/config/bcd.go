@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/nodetrust/nodetrust/pki"
 
@@ -51,6 +52,10 @@ type BCD struct {
 
 	Renewal Renewal `toml:"renewal"`
 
+	// BootCheck configures the boot evidence bcd node sends on its live
+	// session (a TPM node whose certificate names an AK).
+	BootCheck BootCheck `toml:"boot_check"`
+
 	// Join says how bcd join proves this machine.
 	Join Join `toml:"join"`
 
@@ -80,6 +85,22 @@ type Renewal struct {
 	BackoffMin Duration `toml:"backoff_min"`
 	BackoffMax Duration `toml:"backoff_max"`
 }
+
+// BootCheck configures the node's periodic boot evidence: a quote of PCRs
+// 0-7 by the AK its certificate names over a nonce the control plane
+// gives, with the boot's event log (docs/boot-policy.md).
+type BootCheck struct {
+	// Interval between boot checks, with up to a tenth of jitter either
+	// way (default 1h; at least 1s).
+	Interval Duration `toml:"interval"`
+	// EventLog is the measurement log sent with each quote (default
+	// /sys/kernel/security/tpm0/binary_bios_measurements); a missing file
+	// sends none.
+	EventLog string `toml:"event_log"`
+}
+
+// DefaultEventLog is where Linux exposes the firmware's TPM event log.
+const DefaultEventLog = "/sys/kernel/security/tpm0/binary_bios_measurements"
 
 // Join configures bcd join (and so the shipped bcd-join.service).
 type Join struct {
@@ -306,6 +327,12 @@ func (c *BCD) Validate() error {
 	}
 	if c.Renewal.BackoffMin.Duration < 0 || c.Renewal.BackoffMax.Duration < c.Renewal.BackoffMin.Duration && c.Renewal.BackoffMax.Duration != 0 {
 		return errors.New("renewal.backoff_min and backoff_max: want 0 <= backoff_min <= backoff_max")
+	}
+	if d := c.BootCheck.Interval.Duration; d != 0 && (d < time.Second || d > 24*time.Hour) {
+		return fmt.Errorf("boot_check.interval: %s is outside 1s..24h", d)
+	}
+	if c.BootCheck.EventLog != "" && !filepath.IsAbs(c.BootCheck.EventLog) {
+		return fmt.Errorf("boot_check.event_log: %q is not an absolute path", c.BootCheck.EventLog)
 	}
 	if c.Join.Attestor != "" {
 		if err := ValidAttestor("join.attestor", c.Join.Attestor); err != nil {

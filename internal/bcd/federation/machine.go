@@ -106,6 +106,15 @@ type Machine struct {
 	cur         *creds // nil: no machine certificate
 	lastRefresh time.Time
 	endorsed    map[string]endorsement
+	// wire holds each sender's proof encoded, for the credentials it was
+	// made with; Endorse and Forget drop a sender's, a renewal makes all
+	// stale.
+	wire map[string]wireProof
+}
+
+type wireProof struct {
+	c *creds
+	b []byte
 }
 
 // New makes the boot key and boot id and, when cfg.State holds a
@@ -131,6 +140,7 @@ func New(cfg Config) (*Machine, error) {
 		load:      cfg.LoadKey,
 		now:       cfg.Now,
 		endorsed:  map[string]endorsement{},
+		wire:      map[string]wireProof{},
 	}
 	if m.load == nil {
 		m.load = identity.LoadPKCS8Key
@@ -312,6 +322,7 @@ func (m *Machine) Endorse(sender string, key ed25519.PublicKey) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.endorsed[sender] = endorsement{key: append(ed25519.PublicKey(nil), key...), sig: sig}
+	delete(m.wire, sender)
 	return nil
 }
 
@@ -321,6 +332,7 @@ func (m *Machine) Forget(sender string, key ed25519.PublicKey) {
 	defer m.mu.Unlock()
 	if e, ok := m.endorsed[sender]; ok && e.key.Equal(key) {
 		delete(m.endorsed, sender)
+		delete(m.wire, sender)
 	}
 }
 
@@ -346,6 +358,39 @@ func (m *Machine) Proof(sender string) (*callsig.MachineProof, error) {
 		Endorsement:    callsig.Endorsement{Namespace: m.namespace, NodeID: m.nodeID, BootID: m.bootID, Sender: sender, SenderKey: e.key},
 		EndorsementSig: e.sig,
 	}, nil
+}
+
+// ProofBytes returns the wire encoding of Proof(sender). The encoding is
+// made once per sender and certificate, and kept until the sender's
+// endorsement changes or the certificate renews: a relayed call costs a
+// map look-up, not a new proof. The caller must not modify the bytes.
+func (m *Machine) ProofBytes(sender string) ([]byte, error) {
+	c := m.current()
+	m.mu.RLock()
+	w, ok := m.wire[sender]
+	m.mu.RUnlock()
+	if ok && c != nil && w.c == c {
+		return w.b, nil
+	}
+	p, err := m.Proof(sender)
+	if err != nil {
+		return nil, err
+	}
+	b, err := p.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// Keep it only if nothing changed meanwhile: the same credentials and
+	// the same endorsement.
+	if e, ok := m.endorsed[sender]; ok && m.cur == c && e.key.Equal(p.Endorsement.SenderKey) {
+		if len(m.wire) >= len(m.endorsed)+1 {
+			clear(m.wire) // only stale entries can exceed the endorsements
+		}
+		m.wire[sender] = wireProof{c: c, b: b}
+	}
+	return b, nil
 }
 
 // current returns the credentials after looking, at most once a second,

@@ -1,6 +1,7 @@
 package federation
 
 import (
+	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -91,6 +92,20 @@ func verify(t *testing.T, m *Machine, sender string) *callsig.MachineProof {
 	if peer.NodeID != testNode || peer.Sender != sender || peer.BootID != m.BootID() {
 		t.Fatalf("proof proves %+v", peer)
 	}
+	// The encoding a relay sends, kept between calls, is this proof's.
+	want, err := p.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		got, err := m.ProofBytes(sender)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatal("ProofBytes is not the encoding of the current proof")
+		}
+	}
 	return p
 }
 
@@ -179,9 +194,28 @@ func TestProofNeedsAnEndorsementAndACertificate(t *testing.T) {
 	}
 	k, _, _ := ed25519.GenerateKey(rand.Reader)
 	_ = m.Endorse("gone", k)
+	if _, err := m.ProofBytes("gone"); err != nil {
+		t.Fatal(err)
+	}
 	m.Forget("gone", k)
 	if _, err := m.Proof("gone"); !errors.Is(err, ErrNotEndorsed) {
 		t.Errorf("proof of a forgotten sender: %v", err)
+	}
+	if _, err := m.ProofBytes("gone"); !errors.Is(err, ErrNotEndorsed) {
+		t.Errorf("kept proof of a forgotten sender: %v", err)
+	}
+	// A new key of the same sender gives a new encoding.
+	k2, _, _ := ed25519.GenerateKey(rand.Reader)
+	_ = m.Endorse("again", k)
+	b1, _ := m.ProofBytes("again")
+	_ = m.Endorse("again", k2)
+	b2, err := m.ProofBytes("again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p2 callsig.MachineProof
+	if err := p2.UnmarshalBinary(b2); err != nil || bytes.Equal(b1, b2) || !p2.Endorsement.SenderKey.Equal(k2) {
+		t.Errorf("after a new endorsement the kept proof does not endorse the new key (err %v)", err)
 	}
 
 	bare, err := New(Config{Namespace: testNS, NodeID: "node-n"})

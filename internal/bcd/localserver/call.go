@@ -122,14 +122,9 @@ func (f federationServer) Call(ctx context.Context, req *localv1.CallRequest) (*
 	if env == nil || len(env.Signature) == 0 {
 		return s.logRefusal(ctx, "federation", env, refused(s.verifier.Verify(env))), nil
 	}
-	var proof *callsig.MachineProof
-	if len(req.GetMachineProof()) > 0 {
-		proof = new(callsig.MachineProof)
-		if err := proof.UnmarshalBinary(req.GetMachineProof()); err != nil {
-			return s.logRefusal(ctx, "federation", env, refusal(callsig.CheckMachineProof, "the proof does not decode: %v", err)), nil
-		}
-	}
-	peer, err := callsig.VerifyMachineProof(proof, s.machine.Trust(), s.namespace, s.now())
+	// A proof this daemon accepted before, under the same trust, is
+	// served from the cache until its chain expires.
+	peer, err := s.proofs.Verify(req.GetMachineProof(), s.machine.Trust(), s.namespace, s.now())
 	if err != nil {
 		return s.logRefusal(ctx, "federation", env, refused(err)), nil
 	}

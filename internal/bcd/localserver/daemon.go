@@ -68,6 +68,7 @@ type Server struct {
 
 	machine   *federation.Machine
 	verifier  *callsig.Verifier
+	proofs    *callsig.ProofCache // machine proofs of other machines already verified
 	keys      *keyStore
 	instances *registry
 	leases    *leases.Table
@@ -148,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	s.proofs = callsig.NewProofCache(0)
 	s.verifier, err = callsig.NewVerifier(callsig.VerifierConfig{Namespace: s.namespace, Keys: s.keys, Now: cfg.Now, Start: cfg.Now()})
 	if err != nil {
 		s.machine.Close()

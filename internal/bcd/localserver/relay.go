@@ -65,11 +65,7 @@ func (s *Server) address(node, given string) string {
 // machine, with this machine's proof of the client, and returns that
 // daemon's reply as it is.
 func (s *Server) relay(ctx context.Context, env *callsig.Envelope, raw []byte, ke localapi.KeyExpr, given string) *localv1.CallReply {
-	proof, err := s.machine.Proof(env.Sender)
-	if err != nil {
-		return failure("relay to node %q: %v", ke.Receiver, err)
-	}
-	proofBytes, err := proof.MarshalBinary()
+	proofBytes, err := s.machine.ProofBytes(env.Sender)
 	if err != nil {
 		return failure("relay to node %q: %v", ke.Receiver, err)
 	}

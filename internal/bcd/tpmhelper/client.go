@@ -346,7 +346,7 @@ func (c *Client) ownAK(op string, ak tpm.AttestationKey) (*AK, error) {
 }
 
 // EKCertificates returns the EK certificates the helper's TPM holds, keyed
-// by NV index, as [tpm.TPM.EKCertificates] does. Only the three EK
+// by NV index, as [tpm.TPM.EKCertificates] does. Only the EK
 // certificate indices are accepted; the certificates themselves are the
 // verifier's to check.
 func (c *Client) EKCertificates(ctx context.Context) (map[uint32][]byte, error) {
@@ -365,9 +365,7 @@ func (c *Client) EKCertificates(ctx context.Context) (map[uint32][]byte, error) 
 
 func checkCertificates(certs map[uint32][]byte) error {
 	for idx, der := range certs {
-		switch idx {
-		case tpm.EKCertIndexRSA2048, tpm.EKCertIndexECCP256, tpm.EKCertIndexECCP384:
-		default:
+		if _, ok := tpm.EKKindOfIndex(idx); !ok && !tpm.IsEKChainIndex(idx) {
 			return fmt.Errorf("a certificate at NV index %#x, which holds no EK certificate", idx)
 		}
 		if len(der) == 0 {

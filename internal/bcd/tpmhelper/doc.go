@@ -59,8 +59,10 @@
 // (a record that names a key must derive that key, else code
 // "key_changed"); without a record they make a new one. The reply's record
 // names the key derived. ak is the unique of an AK. ek_kind is "auto",
-// "rsa2048", "eccp256" or "eccp384"; tpm.ek without ek_kind answers only the
-// certificates, keyed by NV index in decimal, and with it also the EK's
+// "rsa2048", "eccp256" (the low range), "rsa2048h", "eccp256h", "eccp384",
+// "eccp521", "rsa3072" or "rsa4096" (the high range); tpm.ek without ek_kind
+// answers only the certificates (and the EK certificate chain indices),
+// keyed by NV index in decimal, and with it also the EK's
 // concrete kind and public area. tpm.activate derives the EK of ek_kind again
 // and refuses (code "ek_changed") when its name is not ek_name. pcrs are PCR
 // numbers of the SHA-256 bank (0–23); pcr_values is keyed by PCR number in

@@ -140,7 +140,16 @@ var ekKindNames = map[tpm.EKKind]string{
 	tpm.EKRSA2048: "rsa2048",
 	tpm.EKECCP256: "eccp256",
 	tpm.EKECCP384: "eccp384",
+	// The other high-range templates of the TCG EK Credential Profile.
+	tpm.EKRSA2048High: "rsa2048h",
+	tpm.EKECCP256High: "eccp256h",
+	tpm.EKECCP521:     "eccp521",
+	tpm.EKRSA3072:     "rsa3072",
+	tpm.EKRSA4096:     "rsa4096",
 }
+
+// ekKindList is the list of wire names errors give.
+const ekKindList = "auto, rsa2048, eccp256, rsa2048h, eccp256h, eccp384, eccp521, rsa3072 or rsa4096"
 
 func ekKindName(k tpm.EKKind) (string, error) {
 	s, ok := ekKindNames[k]
@@ -156,5 +165,5 @@ func parseEKKind(s string) (tpm.EKKind, error) {
 			return k, nil
 		}
 	}
-	return 0, fmt.Errorf("unknown EK kind %q: want auto, rsa2048, eccp256 or eccp384", s)
+	return 0, fmt.Errorf("unknown EK kind %q: want %s", s, ekKindList)
 }

@@ -600,7 +600,7 @@ func (s *server) ek(ctx context.Context, req *request) (*response, error) {
 func (s *server) activate(ctx context.Context, req *request) (*response, error) {
 	kind, err := parseEKKind(req.EKKind)
 	if err != nil || kind == tpm.EKAuto {
-		return nil, badRequest("tpm.activate needs the EK's kind: rsa2048, eccp256 or eccp384")
+		return nil, badRequest("tpm.activate needs the EK's kind: one of %s but auto", ekKindList)
 	}
 	if len(req.EKName) == 0 {
 		return nil, badRequest("tpm.activate needs the EK's name")

@@ -1,6 +1,7 @@
 package bootpolicy
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -48,6 +49,16 @@ const (
 	RuleIntakeRequiredAuthorities = "intake_required_authorities"
 	RuleRenewRequiredAuthorities  = "renew_required_authorities"
 	RuleBootApplications          = "boot_applications"
+	RulePCRValues                 = "pcr_values"
+)
+
+// Which state of a policy a passing verdict matched ([Verdict.Matched]).
+const (
+	MatchedCurrent = "current"
+	MatchedNext    = "next"
+	// MatchedBoth: inside the next state's window, the boot matches the
+	// current state and the next one.
+	MatchedBoth = "both"
 )
 
 // Evidence is one boot's evidence: PCR values 0–7 of the SHA-256 bank and
@@ -78,12 +89,65 @@ type Quote struct {
 // failing, that names every rule that failed. A log that does not replay
 // is a failed verdict (rule event_log), not an error: it is TPM-proven
 // evidence that the node's account of its boot is false.
+//
+// A policy with a next state ([Policy.Next]) evaluates the boot against
+// both while the next state's window is open: the verdict passes when
+// either state passes, and [Verdict.Matched] says which ("current",
+// "next" or "both"); a failing verdict lists the current state's failed
+// rules and the next state's in NextFailed. Before the window opens and
+// after it ends, only the current state is evaluated, and a note says so.
 func (ps *Policies) Evaluate(class string, stage Stage, ev Evidence) (*Verdict, error) {
 	p, err := ps.Policy(class)
 	if err != nil {
 		return nil, err
 	}
-	return p.evaluate(stage, ev, ps.now())
+	return p.Evaluate(stage, ev, ps.now())
+}
+
+// Evaluate evaluates ev against p at stage and time now, as
+// [Policies.Evaluate] does.
+func (p *Policy) Evaluate(stage Stage, ev Evidence, now time.Time) (*Verdict, error) {
+	cur, err := p.evaluate(stage, ev, now)
+	if err != nil {
+		return nil, err
+	}
+	if cur.Pass() {
+		cur.Matched = MatchedCurrent
+	}
+	if p.Next == nil {
+		return cur, nil
+	}
+	w := p.NextWindow
+	switch {
+	case now.Before(w.NotBefore):
+		cur.note("the next state is not evaluated before its window opens at " + w.NotBefore.UTC().Format(time.RFC3339))
+		return cur, nil
+	case !w.Contains(now):
+		cur.note("the next state's window ended at " + w.NotAfter.UTC().Format(time.RFC3339) + " unpromoted: only the current state passes (fleetd policy promote makes next current)")
+		return cur, nil
+	}
+	next, err := p.Next.evaluate(stage, ev, now)
+	if err != nil {
+		return nil, err
+	}
+	until := " (next state window until " + w.NotAfter.UTC().Format(time.RFC3339) + ")"
+	switch {
+	case cur.Pass() && next.Pass():
+		cur.Matched = MatchedBoth
+		cur.note("the boot matches the current and the next state" + until)
+		return cur, nil
+	case cur.Pass():
+		cur.NextFailed = next.Failed
+		cur.note("the boot matches the current state, not the next one" + until + ": " + strings.Join(next.Failed, ", "))
+		return cur, nil
+	case next.Pass():
+		next.Matched = MatchedNext
+		next.Notes = append(next.Notes, "the boot matches the next state, not the current one"+until+": "+strings.Join(cur.Failed, ", "))
+		return next, nil
+	}
+	cur.NextFailed = next.Failed
+	cur.note("the next state failed too" + until + ": " + strings.Join(next.Failed, ", "))
+	return cur, nil
 }
 
 func (p *Policy) requiredAt(stage Stage) (string, []string, error) {
@@ -123,6 +187,7 @@ func (p *Policy) evaluate(stage Stage, ev Evidence, now time.Time) (*Verdict, er
 		for _, r := range []string{RuleSecureBoot, RuleAllowedAuthorities, requiredRule, RuleBootApplications} {
 			v.add(r, false, "not evaluated: the event log was refused")
 		}
+		p.checkPCRValues(v, ev.PCRs)
 		v.finish()
 		return v, nil
 	}
@@ -133,8 +198,43 @@ func (p *Policy) evaluate(stage Stage, ev Evidence, now time.Time) (*Verdict, er
 	p.checkAllowed(v, bs)
 	p.checkRequired(v, bs, requiredRule, required)
 	p.checkBootApplications(v, bs)
+	p.checkPCRValues(v, ev.PCRs)
 	v.finish()
 	return v, nil
+}
+
+// checkPCRValues checks the pinned PCR values; a policy that pins none has
+// no pcr_values rule.
+func (p *Policy) checkPCRValues(v *Verdict, pcrs map[int][]byte) {
+	if len(p.PCRValues) == 0 {
+		return
+	}
+	var differ []string
+	for _, want := range p.PCRValues {
+		if got := pcrs[want.Index]; !bytes.Equal(got, want.SHA256[:]) {
+			differ = append(differ, fmt.Sprintf("PCR %d is %s, the policy pins %s", want.Index, shortHex(got), shortHex(want.SHA256[:])))
+		}
+	}
+	if len(differ) > 0 {
+		v.add(RulePCRValues, false, listOf(differ))
+		return
+	}
+	idx := make([]string, len(p.PCRValues))
+	for i, w := range p.PCRValues {
+		idx[i] = fmt.Sprint(w.Index)
+	}
+	v.add(RulePCRValues, true, "PCRs "+strings.Join(idx, ", ")+" hold the pinned values")
+}
+
+func shortHex(b []byte) string {
+	if len(b) == 0 {
+		return "(no value)"
+	}
+	h := hex.EncodeToString(b)
+	if len(h) > 16 {
+		h = h[:16] + "…"
+	}
+	return h
 }
 
 // checkPCRs checks PCR values an offline check or a caller that verified

@@ -63,7 +63,31 @@ type Policy struct {
 	// BootApplications are the pins: when there are any, every
 	// measurement of code in PCR 4 must match one, and there must be one.
 	BootApplications []Pin
+	// PCRValues are exact SHA-256 values PCRs must hold (rule
+	// pcr_values); none pins no PCR.
+	PCRValues []PCRValue
+
+	// Next is the expected state of a pending update ([next] of the file),
+	// nil when there is none: within [NextWindow] a boot passes when it
+	// matches the current state or Next, and the verdict says which.
+	Next *Policy
+	// NextWindow is when Next passes besides the current state.
+	NextWindow Window
 }
+
+// PCRValue pins a PCR of the SHA-256 bank to one value.
+type PCRValue struct {
+	Index  int
+	SHA256 [sha256.Size]byte
+}
+
+// Window is a period [NotBefore, NotAfter).
+type Window struct {
+	NotBefore, NotAfter time.Time
+}
+
+// Contains reports whether t is within the window.
+func (w Window) Contains(t time.Time) bool { return !t.Before(w.NotBefore) && t.Before(w.NotAfter) }
 
 // Authority is a signing authority a policy names: the SHA-256 of its
 // certificate's DER.
@@ -173,25 +197,59 @@ func (ps *Policies) Policy(class string) (*Policy, error) {
 
 // policyFile is a policy file's TOML.
 type policyFile struct {
-	Class                     string           `toml:"class"`
-	Description               string           `toml:"description"`
+	Class       string `toml:"class"`
+	Description string `toml:"description"`
+	stateFile
+	Next *nextFile `toml:"next"`
+}
+
+// stateFile are the rules of a state: the current one at the top of the
+// file, the next one under [next].
+type stateFile struct {
 	SecureBoot                *bool            `toml:"secure_boot"`
 	AllowedAuthorities        []authorityEntry `toml:"allowed_authorities"`
 	IntakeRequiredAuthorities []string         `toml:"intake_required_authorities"`
 	RenewRequiredAuthorities  []string         `toml:"renew_required_authorities"`
 	BootApplications          []pinEntry       `toml:"boot_applications"`
+	PCRValues                 []pcrEntry       `toml:"pcr_values"`
 }
+
+// nextFile is [next]: a state whose keys, when given, replace the
+// current state's, and the window in which it passes.
+type nextFile struct {
+	Description string    `toml:"description"`
+	NotBefore   time.Time `toml:"not_before"`
+	NotAfter    time.Time `toml:"not_after"`
+	stateFile
+}
+
+// stateKeys are the keys of a state, in the order a policy file gives
+// them.
+var stateKeys = []string{"secure_boot", "intake_required_authorities", "renew_required_authorities", "allowed_authorities", "boot_applications", "pcr_values"}
 
 type authorityEntry struct {
 	Name   string `toml:"name"`
 	File   string `toml:"file"`
 	SHA256 string `toml:"sha256"`
+	// comment is written above the entry by [formatPolicy].
+	comment string
 }
 
 type pinEntry struct {
-	Name   string `toml:"name"`
-	SHA256 string `toml:"sha256"`
+	Name    string `toml:"name"`
+	SHA256  string `toml:"sha256"`
+	comment string
 }
+
+type pcrEntry struct {
+	Index   *int   `toml:"index"`
+	SHA256  string `toml:"sha256"`
+	comment string
+}
+
+// maxNextWindow bounds a [next] window: a rollout that needs longer is
+// better promoted and given a new next state.
+const maxNextWindow = 366 * 24 * time.Hour
 
 // loadPolicy reads and checks one policy file; the error names the file
 // and every setting that is wrong.
@@ -200,8 +258,20 @@ func loadPolicy(dir, path string) (*Policy, error) {
 	if err != nil {
 		return nil, err
 	}
+	return parsePolicy(dir, path, raw)
+}
+
+// decodePolicy decodes a policy file's TOML and lists its unknown keys.
+func decodePolicy(raw []byte) (*policyFile, toml.MetaData, error) {
 	var f policyFile
 	md, err := toml.Decode(string(raw), &f)
+	return &f, md, err
+}
+
+// parsePolicy checks the policy file raw, read from path; certificate
+// files it names resolve against dir.
+func parsePolicy(dir, path string, raw []byte) (*Policy, error) {
+	f, md, err := decodePolicy(raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
@@ -218,18 +288,79 @@ func loadPolicy(dir, path string) (*Policy, error) {
 	if !classPattern.MatchString(f.Class) {
 		bad("class: %q is not a class name (lower-case letters, digits, '.', '_' and '-', at most 63)", capString(f.Class, 64))
 	}
-	if f.SecureBoot == nil {
-		bad("secure_boot: must be set, to true or false")
-	} else {
-		p.SecureBoot = *f.SecureBoot
-	}
-
 	policyHash := sha256.New()
 	policyHash.Write(raw)
+	if f.SecureBoot == nil {
+		bad("secure_boot: must be set, to true or false")
+	}
+	p.readState(dir, "", &f.stateFile, policyHash, bad)
+
+	if f.Next != nil {
+		n := f.Next
+		w := Window{NotBefore: n.NotBefore, NotAfter: n.NotAfter}
+		switch {
+		case !md.IsDefined("next", "not_before") || !md.IsDefined("next", "not_after"):
+			bad("next: not_before and not_after are required (TOML date-times such as 2026-12-01T00:00:00Z): the window in which the next state passes")
+		case !w.NotBefore.Before(w.NotAfter):
+			bad("next: not_before %s is not before not_after %s", w.NotBefore.Format(time.RFC3339), w.NotAfter.Format(time.RFC3339))
+		case w.NotAfter.Sub(w.NotBefore) > maxNextWindow:
+			bad("next: a window of %s, longer than %d days: promote and give a new next state instead", w.NotAfter.Sub(w.NotBefore), int(maxNextWindow.Hours()/24))
+		}
+		// The next state starts as the current one; each key [next]
+		// gives replaces the current state's.
+		merged := f.stateFile
+		given := 0
+		for _, k := range stateKeys {
+			if md.IsDefined("next", k) {
+				given++
+				setStateKey(&merged, &n.stateFile, k)
+			}
+		}
+		if given == 0 {
+			bad("next: gives no rule (%s): a next state equal to the current one is a mistake", strings.Join(stateKeys, ", "))
+		}
+		next := &Policy{Class: f.Class, Description: n.Description, File: path}
+		next.readState(dir, "next.", &merged, policyHash, bad)
+		p.Next, p.NextWindow = next, w
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", path, errors.Join(errs...))
+	}
+	p.SHA256 = "sha256:" + hex.EncodeToString(policyHash.Sum(nil))
+	if p.Next != nil {
+		p.Next.SHA256 = p.SHA256
+	}
+	return p, nil
+}
+
+// setStateKey copies key of from into to.
+func setStateKey(to, from *stateFile, key string) {
+	switch key {
+	case "secure_boot":
+		to.SecureBoot = from.SecureBoot
+	case "intake_required_authorities":
+		to.IntakeRequiredAuthorities = from.IntakeRequiredAuthorities
+	case "renew_required_authorities":
+		to.RenewRequiredAuthorities = from.RenewRequiredAuthorities
+	case "allowed_authorities":
+		to.AllowedAuthorities = from.AllowedAuthorities
+	case "boot_applications":
+		to.BootApplications = from.BootApplications
+	case "pcr_values":
+		to.PCRValues = from.PCRValues
+	}
+}
+
+// readState checks the rules of f into p; prefix ("" or "next.") names
+// the state in errors.
+func (p *Policy) readState(dir, prefix string, f *stateFile, policyHash io.Writer, bad func(string, ...any)) {
+	if f.SecureBoot != nil {
+		p.SecureBoot = *f.SecureBoot
+	}
 	names := map[string]bool{}
 	digests := map[[sha256.Size]byte]string{}
 	for i, a := range f.AllowedAuthorities {
-		where := fmt.Sprintf("allowed_authorities[%d]", i)
+		where := fmt.Sprintf("%sallowed_authorities[%d]", prefix, i)
 		if a.Name == "" {
 			bad("%s: name is required", where)
 		} else if names[a.Name] {
@@ -270,7 +401,7 @@ func loadPolicy(dir, path string) (*Policy, error) {
 		p.Allowed = append(p.Allowed, auth)
 	}
 	if p.SecureBoot && len(f.AllowedAuthorities) == 0 {
-		bad("allowed_authorities: Secure Boot is required, so at least one authority must be allowed")
+		bad("%sallowed_authorities: Secure Boot is required, so at least one authority must be allowed", prefix)
 	}
 	for _, req := range []struct {
 		key   string
@@ -282,11 +413,11 @@ func loadPolicy(dir, path string) (*Policy, error) {
 	} {
 		for _, n := range req.names {
 			if !names[n] {
-				bad("%s: %q is not the name of one of allowed_authorities", req.key, n)
+				bad("%s%s: %q is not the name of one of %sallowed_authorities", prefix, req.key, n, prefix)
 				continue
 			}
 			if slices.Contains(*req.out, n) {
-				bad("%s: %q is listed twice", req.key, n)
+				bad("%s%s: %q is listed twice", prefix, req.key, n)
 				continue
 			}
 			*req.out = append(*req.out, n)
@@ -294,7 +425,7 @@ func loadPolicy(dir, path string) (*Policy, error) {
 	}
 	pins := map[[sha256.Size]byte]string{}
 	for i, b := range f.BootApplications {
-		where := fmt.Sprintf("boot_applications[%d]", i)
+		where := fmt.Sprintf("%sboot_applications[%d]", prefix, i)
 		if b.Name == "" {
 			bad("%s: name is required", where)
 		}
@@ -310,11 +441,26 @@ func loadPolicy(dir, path string) (*Policy, error) {
 		pins[d] = b.Name
 		p.BootApplications = append(p.BootApplications, Pin{Name: b.Name, SHA256: d})
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%s: %w", path, errors.Join(errs...))
+	seen := map[int]bool{}
+	for i, e := range f.PCRValues {
+		where := fmt.Sprintf("%spcr_values[%d]", prefix, i)
+		if e.Index == nil || *e.Index < 0 || *e.Index > 7 {
+			bad("%s: index must be a PCR of the boot quote, 0 to 7", where)
+			continue
+		}
+		if seen[*e.Index] {
+			bad("%s: PCR %d is pinned twice", where, *e.Index)
+			continue
+		}
+		seen[*e.Index] = true
+		d, err := parseDigest(e.SHA256)
+		if err != nil {
+			bad("%s (PCR %d): sha256: %w", where, *e.Index, err)
+			continue
+		}
+		p.PCRValues = append(p.PCRValues, PCRValue{Index: *e.Index, SHA256: d})
 	}
-	p.SHA256 = "sha256:" + hex.EncodeToString(policyHash.Sum(nil))
-	return p, nil
+	slices.SortFunc(p.PCRValues, func(a, b PCRValue) int { return a.Index - b.Index })
 }
 
 // parseDigest reads a SHA-256 digest written as 64 hex digits, with an

@@ -89,3 +89,45 @@ func randomNonce(t testing.TB) []byte {
 	}
 	return b
 }
+
+// TestSimCapture captures a worker policy from a machine on the reference
+// simulator (its boot extended into the TPM, quoted over a fresh nonce and
+// the quote verified), then quotes a second machine whose shim differs:
+// the golden machine passes its policy, the second fails boot_applications
+// and nothing else.
+func TestSimCapture(t *testing.T) {
+	f := newFixture(t)
+	var ps *bootpolicy.Policies
+	t.Run("golden machine", func(t *testing.T) {
+		tp, tr := tpmtest.OpenSim(t)
+		golden := f.talosBoot()
+		golden.Extend(t, tr)
+		ev := quoteBoot(t, tp, golden.Bytes())
+		if _, err := f.policies.Evaluate("lab", bootpolicy.BootCheck, ev); err != nil {
+			t.Fatalf("the golden machine's quote: %v", err)
+		}
+		ps, _ = captureAndLoad(t, "worker", bootpolicy.Evidence{PCRs: ev.PCRs, EventLog: ev.EventLog})
+		v, err := ps.Evaluate("worker", bootpolicy.Renewal, ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !v.Pass() || !v.QuoteVerified {
+			t.Fatalf("the golden machine, quoted: %v (quote verified %v)", v.Failed, v.QuoteVerified)
+		}
+	})
+	if ps == nil {
+		t.FailNow()
+	}
+	t.Run("a machine with another shim", func(t *testing.T) {
+		tp, tr := tpmtest.OpenSim(t)
+		other := f.boot(true, app{f.talos, digestOf("shimx64.efi 15.9"), `\EFI\BOOT\BOOTX64.EFI`}, app{nil, f.kernel, `\EFI\Linux\talos.efi`})
+		other.Extend(t, tr)
+		v, err := ps.Evaluate("worker", bootpolicy.Renewal, quoteBoot(t, tp, other.Bytes()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Pass() || len(v.Failed) != 1 || v.Failed[0] != bootpolicy.RuleBootApplications {
+			t.Fatalf("failed %v, want boot_applications alone", v.Failed)
+		}
+	})
+}

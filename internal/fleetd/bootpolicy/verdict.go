@@ -35,8 +35,15 @@ type Verdict struct {
 	Result string `json:"result"`
 	// QuoteVerified is true when Evaluate verified the quote itself.
 	QuoteVerified bool `json:"quote_verified"`
+	// Matched says which state of the policy a passing boot matched:
+	// "current", "next" or "both" (inside a next state's window); empty
+	// when the verdict fails.
+	Matched string `json:"matched,omitempty"`
 	// Failed names every rule that failed, in Rules' order.
 	Failed []string `json:"failed,omitempty"`
+	// NextFailed names the rules of the next state that failed, when it
+	// was evaluated (inside its window) and failed.
+	NextFailed []string `json:"next_failed,omitempty"`
 	// Rules are every rule of the policy with its outcome.
 	Rules []RuleResult `json:"rules"`
 	// Notes say what the policy leaves open, such as an empty pin list.

@@ -18,7 +18,8 @@ func transitionCommands() []*cobra.Command {
 			"provision moves a declared device from planned to provisioning: its join is then taken\n(a TPM join still needs the EK binding a declarer wrote)."},
 		{"quarantine", "Quarantine a node: no renewal, no re-join, until release (owner, operator)",
 			"quarantine keeps the node's certificate and live session, but refuses its renewals and\nany re-join by token or TPM until fleetd nodes release."},
-		{"release", "Lift a quarantine: the node is active and renews again (owner, operator)", ""},
+		{"release", "Lift a quarantine: the node is active and renews again (owner only)",
+			"release lifts a quarantine, an operator's or the boot policy's (docs/boot-policy.md): the node\nis active and renews again. The reason is recorded in its history and the audit trail."},
 		{"retire", "Retire a node for good (owner only)",
 			"retire revokes the node's certificates and ends its live session; it never renews or\nre-joins again. Its unused join tokens and pending joins are deleted, and it leaves the\nSPIRE export as retired: its fleet-owned entries go and its agents are banned (at once when\n[export.spire] names a socket, within the safeguards; see docs/spire.md). The machine comes\nback only declared again under a new name."},
 	} {

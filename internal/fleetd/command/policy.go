@@ -3,7 +3,9 @@ package command
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,8 +15,210 @@ import (
 )
 
 func policyCommand() *cobra.Command {
-	c := &cobra.Command{Use: "policy", Short: "Test boot policies (docs/boot-policy.md)"}
-	c.AddCommand(policyCheckCommand())
+	c := &cobra.Command{Use: "policy", Short: "Test, capture and roll out boot policies (docs/boot-policy.md)"}
+	c.AddCommand(policyCheckCommand(), policyCaptureCommand(), policyPromoteCommand(), policyStatusCommand())
+	return c
+}
+
+// resolvePolicyDir is --dir, or boot_policy.dir of the fleetd.toml at configPath.
+func resolvePolicyDir(dir, configPath string) (string, error) {
+	if dir != "" {
+		return dir, nil
+	}
+	cfg, err := config.LoadFleetd(configPath)
+	if err != nil {
+		return "", fmt.Errorf("find the policy directory (or give --dir): %w", err)
+	}
+	if cfg.BootPolicy.Dir == "" {
+		return "", cli.Usagef("%s names no boot_policy.dir: give --dir", configPath)
+	}
+	return cfg.Resolve(cfg.BootPolicy.Dir), nil
+}
+
+func policyCaptureCommand() *cobra.Command {
+	var (
+		class, description, logPath, pcrsPath, out, pinPCRs string
+	)
+	c := &cobra.Command{
+		Use:   "capture --class C --log FILE --pcrs FILE [--out FILE]",
+		Short: "Write a class's boot policy from a golden machine's captured log and PCRs",
+		Long: `capture writes a policy file for --class from one machine's measurement log and
+PCR values 0-7 (captured as for policy check). The log must replay to the PCR
+values. The policy requires Secure Boot when the machine booted with it, allows
+the authorities that verified its boot applications, pins every boot
+application measured into PCR 4, and pins the PCRs of --pin-pcrs (0, 2 and 7 by
+default: firmware, option ROMs, Secure Boot policy). Comments in the file say
+what was seen, which PCRs were left out and why (PCR 1 and 5 carry per-machine
+values such as a NIC's MAC on network boot or disk GUIDs).
+
+The policy is checked against the same evidence at once, at intake and at
+renewal: the machine it came from must pass it, or nothing is written. The file
+goes to --out (never over an existing file) or to standard output. Read it
+before you copy it into the policy directory. Capturing from a node's last
+verified evidence (--node) is not available yet: capture its log and PCRs on
+the machine.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if class == "" || logPath == "" || pcrsPath == "" {
+				return cli.Usagef("policy capture needs --class, --log and --pcrs")
+			}
+			ev, err := bootpolicy.ReadEvidenceFiles(logPath, pcrsPath)
+			if err != nil {
+				return err
+			}
+			opts := bootpolicy.CaptureOptions{
+				Class: class, Description: description, EventLog: ev.EventLog, PCRs: ev.PCRs,
+				Source: fmt.Sprintf("the log %s and the PCR values %s", logPath, pcrsPath),
+			}
+			opts.PinPCRs = []int{}
+			for _, f := range strings.Split(pinPCRs, ",") {
+				if f = strings.TrimSpace(f); f == "" {
+					continue
+				}
+				i, err := strconv.Atoi(f)
+				if err != nil || i < 0 || i > 7 {
+					return cli.Usagef("--pin-pcrs: %q is not a PCR of the boot quote (0 to 7)", f)
+				}
+				opts.PinPCRs = append(opts.PinPCRs, i)
+			}
+			content, v, err := bootpolicy.Capture(opts)
+			if err != nil {
+				if v != nil {
+					printVerdict(cmd.ErrOrStderr(), v)
+				}
+				return err
+			}
+			if out == "" {
+				_, err := cmd.OutOrStdout().Write(content)
+				return err
+			}
+			if err := bootpolicy.WriteNew(out, content); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s: the machine passes it (%d rules); review it, then copy it into the policy directory\n", out, len(v.Rules))
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&class, "class", "", "the machine class the policy is for")
+	f.StringVar(&description, "description", "", "the policy's description")
+	f.StringVar(&logPath, "log", "", "the golden machine's TCG event log (a copy of /sys/kernel/security/tpm0/binary_bios_measurements)")
+	f.StringVar(&pcrsPath, "pcrs", "", "its SHA-256 PCR values 0-7, as tpm2_pcrread prints them")
+	f.StringVar(&out, "out", "", "write the policy to this new file (default: standard output)")
+	f.StringVar(&pinPCRs, "pin-pcrs", "0,2,7", "the PCRs whose values the policy pins, comma-separated (empty: none)")
+	return c
+}
+
+func policyPromoteCommand() *cobra.Command {
+	var dir, configPath, class string
+	c := &cobra.Command{
+		Use:   "promote --class C",
+		Short: "Make a class's [next] boot policy state current, retiring the old state",
+		Long: `promote rewrites the policy file of --class so that its [next] state (a pending
+firmware, shim, kernel or UKI update) becomes the current state: each rule
+[next] gives replaces the current one, the others stay, and [next] is removed.
+The file is checked before it replaces the old one atomically; the previous
+file is kept beside it with the suffix .before-promote. The comments of the
+previous file are NOT kept: the new file is regenerated (a header says so).
+
+fleetd serve reads policies at start: restart it to apply the promotion. Run
+policy status first: nodes that match only the current state fail after it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if class == "" {
+				return cli.Usagef("policy promote needs --class")
+			}
+			d, err := resolvePolicyDir(dir, configPath)
+			if err != nil {
+				return err
+			}
+			ps, err := bootpolicy.Load(bootpolicy.Config{Dir: d})
+			if err != nil {
+				return err
+			}
+			p, err := ps.Policy(class)
+			if err != nil {
+				return err
+			}
+			pr, err := bootpolicy.Promote(p.File, time.Now())
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "promoted the next state of class %s in %s (previous file kept as %s; its comments are not in the new file)\n", class, pr.File, pr.Backup)
+			switch {
+			case pr.Early:
+				fmt.Fprintf(w, "note: its window had not opened yet (not_before %s)\n", pr.Window.NotBefore.UTC().Format(time.RFC3339))
+			case pr.Late:
+				fmt.Fprintf(w, "note: its window had ended (not_after %s): boots of the new state failed until now\n", pr.Window.NotAfter.UTC().Format(time.RFC3339))
+			}
+			fmt.Fprintln(w, "restart fleetd serve to apply it")
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&dir, "dir", "", "the policy directory (default: boot_policy.dir of --config)")
+	f.StringVar(&configPath, "config", envOr("FLEETD_CONFIG", "fleetd.toml"), "fleetd.toml, for boot_policy.dir (env FLEETD_CONFIG)")
+	f.StringVar(&class, "class", "", "the machine class whose policy to promote")
+	return c
+}
+
+func policyStatusCommand() *cobra.Command {
+	var (
+		verdictsDir, configPath, class string
+		asJSON                         bool
+	)
+	c := &cobra.Command{
+		Use:   "status [--class C]",
+		Short: "Count the nodes of each class whose latest boot verdict matched the current or the next state",
+		Long: `status reads the verdict log (verdicts.jsonl and its rotated files) in --verdicts,
+by default fleetd's data_dir, takes each node's latest verdict and counts per
+class the nodes that matched the current state, the next state, both, or
+failed. Before policy promote, "current" must be 0 (or those nodes accepted as
+failing after it). It reads the files of this server: with several replicas,
+run it on each.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if verdictsDir == "" {
+				cfg, err := config.LoadFleetd(configPath)
+				if err != nil {
+					return fmt.Errorf("find the data directory (or give --verdicts): %w", err)
+				}
+				verdictsDir = cfg.Resolve(cfg.DataDir)
+			}
+			vs, bad, err := bootpolicy.ReadVerdictLogs(verdictsDir)
+			if err != nil {
+				return err
+			}
+			st := bootpolicy.CountStatus(vs)
+			if class != "" {
+				var keep []bootpolicy.ClassStatus
+				for _, s := range st {
+					if s.Class == class {
+						keep = append(keep, s)
+					}
+				}
+				st = keep
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				return printJSON(w, st)
+			}
+			fmt.Fprintf(w, "%-20s %6s %8s %6s %6s %8s  %s\n", "CLASS", "NODES", "CURRENT", "NEXT", "BOTH", "FAILING", "LATEST VERDICT")
+			for _, s := range st {
+				fmt.Fprintf(w, "%-20s %6d %8d %6d %6d %8d  %s\n", s.Class, s.Nodes, s.Current, s.Next, s.Both, s.Failing, s.Latest.UTC().Format(time.RFC3339))
+			}
+			if bad > 0 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d lines of the verdict log did not parse and were skipped\n", bad)
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&verdictsDir, "verdicts", "", "the folder holding verdicts.jsonl (default: data_dir of --config)")
+	f.StringVar(&configPath, "config", envOr("FLEETD_CONFIG", "fleetd.toml"), "fleetd.toml, for data_dir (env FLEETD_CONFIG)")
+	f.StringVar(&class, "class", "", "show this class only")
+	f.BoolVar(&asJSON, "json", false, "print the counts as JSON")
 	return c
 }
 
@@ -48,15 +252,9 @@ or the check cannot be made, 2 for a command-line mistake.`,
 			default:
 				return cli.Usagef("--stage %q: want intake, renewal or boot-check", stage)
 			}
-			if dir == "" {
-				cfg, err := config.LoadFleetd(configPath)
-				if err != nil {
-					return fmt.Errorf("find the policy directory (or give --dir): %w", err)
-				}
-				if cfg.BootPolicy.Dir == "" {
-					return cli.Usagef("%s names no boot_policy.dir: give --dir", configPath)
-				}
-				dir = cfg.Resolve(cfg.BootPolicy.Dir)
+			dir, err := resolvePolicyDir(dir, configPath)
+			if err != nil {
+				return err
 			}
 			ps, err := bootpolicy.Load(bootpolicy.Config{Dir: dir})
 			if err != nil {

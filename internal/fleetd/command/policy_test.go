@@ -7,12 +7,14 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
@@ -157,4 +159,123 @@ func run(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	err := Execute(context.Background(), args, &out, &errw)
 	code = cli.Main("fleetd", err, &errw)
 	return out.String(), errw.String(), code
+}
+
+// TestPolicyCaptureStatusPromote captures a policy from a golden boot with
+// the command, checks the golden boot passes and a boot with another
+// kernel fails it, adds a [next] state for that kernel, counts a verdict
+// log with policy status, and promotes.
+func TestPolicyCaptureStatusPromote(t *testing.T) {
+	talos := pkitest.NewCA(t, "Talos Secure Boot Signing")
+	shim, kernel, newKernel := digest("shim"), digest("kernel v1"), digest("kernel v2")
+	dir, configPath := policyDir(t, talos, shim, kernel)
+	boot := talosBoot(t, talos, shim, kernel)
+	logPath, pcrsPath := filepath.Join(dir, "boot.log"), filepath.Join(dir, "pcrs.txt")
+	write(t, logPath, string(boot.Bytes()))
+	pcrFile(t, pcrsPath, boot.PCRs())
+	policies := filepath.Join(dir, "policies")
+	if err := os.Remove(filepath.Join(policies, "worker.toml")); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(policies, "worker.toml")
+	// PCR 7 is left out: each talosBoot has a platform key of its own.
+	stdout, errOut, code := run(t, "policy", "capture", "--class", "worker", "--log", logPath, "--pcrs", pcrsPath, "--out", out, "--description", "golden worker", "--pin-pcrs", "0,2")
+	if code != 0 || !strings.Contains(stdout, "the machine passes it") {
+		t.Fatalf("capture: exit %d\n%s%s", code, stdout, errOut)
+	}
+	if _, errOut, code = run(t, "policy", "capture", "--class", "worker", "--log", logPath, "--pcrs", pcrsPath, "--out", out); code != cli.ExitFailure || !strings.Contains(errOut, "exists") {
+		t.Fatalf("capture over an existing file: exit %d, %s", code, errOut)
+	}
+	if stdout, _, code = run(t, "policy", "capture", "--class", "worker", "--log", logPath, "--pcrs", pcrsPath, "--pin-pcrs", ""); code != 0 || strings.Contains(stdout, "[[pcr_values]]") || !strings.Contains(stdout, `class = "worker"`) {
+		t.Fatalf("capture to stdout without pinned PCRs: exit %d\n%s", code, stdout)
+	}
+	if stdout, errOut, code = run(t, "policy", "check", "--config", configPath, "--class", "worker", "--log", logPath, "--pcrs", pcrsPath); code != 0 {
+		t.Fatalf("the golden boot against its capture: exit %d\n%s%s", code, stdout, errOut)
+	}
+	next := talosBoot(t, talos, shim, newKernel)
+	nextLog := filepath.Join(dir, "next.log")
+	write(t, nextLog, string(next.Bytes()))
+	nextPCRs := filepath.Join(dir, "next-pcrs.txt")
+	pcrFile(t, nextPCRs, next.PCRs())
+	if stdout, _, code = run(t, "policy", "check", "--config", configPath, "--class", "worker", "--log", nextLog, "--pcrs", nextPCRs); code != cli.ExitFailure || !strings.Contains(stdout, "FAIL: boot_applications") {
+		t.Fatalf("another kernel against the capture: exit %d\n%s", code, stdout)
+	}
+
+	// A [next] state for the new kernel, open now.
+	captured, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	withNext := string(captured) + fmt.Sprintf("\n[next]\nnot_before = %s\nnot_after = %s\n[[next.boot_applications]]\nname = \"shim\"\nsha256 = %q\n[[next.boot_applications]]\nname = \"kernel v2\"\nsha256 = %q\n",
+		now.Add(-time.Hour).Format(time.RFC3339), now.Add(time.Hour).Format(time.RFC3339), hex.EncodeToString(shim), hex.EncodeToString(newKernel))
+	write(t, out, withNext)
+	stdout, _, code = run(t, "policy", "check", "--config", configPath, "--class", "worker", "--log", nextLog, "--pcrs", nextPCRs, "--json")
+	var v bootpolicy.Verdict
+	if err := json.Unmarshal([]byte(stdout), &v); err != nil || code != 0 || v.Matched != bootpolicy.MatchedNext {
+		t.Fatalf("the next kernel inside the window: exit %d, %v, matched %q", code, err, v.Matched)
+	}
+
+	// policy status over a verdict log.
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	vl, err := bootpolicy.OpenVerdictLog(bootpolicy.VerdictLogConfig{Dir: data})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range []string{bootpolicy.MatchedCurrent, bootpolicy.MatchedNext, bootpolicy.MatchedNext} {
+		if err := vl.Append(&bootpolicy.Verdict{NodeID: fmt.Sprint("n", i), Class: "worker", Result: "pass", Matched: m, Time: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := vl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, errOut, code = run(t, "policy", "status", "--config", configPath, "--json")
+	var st []bootpolicy.ClassStatus
+	if err := json.Unmarshal([]byte(stdout), &st); err != nil || code != 0 || len(st) != 1 || st[0].Current != 1 || st[0].Next != 2 {
+		t.Fatalf("status: exit %d, %v, %+v\n%s", code, err, st, errOut)
+	}
+
+	stdout, errOut, code = run(t, "policy", "promote", "--config", configPath, "--class", "worker")
+	if code != 0 || !strings.Contains(stdout, "previous file kept as") {
+		t.Fatalf("promote: exit %d\n%s%s", code, stdout, errOut)
+	}
+	if _, _, code = run(t, "policy", "check", "--config", configPath, "--class", "worker", "--log", logPath, "--pcrs", pcrsPath); code != cli.ExitFailure {
+		t.Fatal("the old kernel passes after promotion")
+	}
+	if _, errOut, code = run(t, "policy", "promote", "--config", configPath, "--class", "worker"); code != cli.ExitFailure || !strings.Contains(errOut, "no [next] state") {
+		t.Fatalf("a second promote: exit %d, %s", code, errOut)
+	}
+}
+
+// TestEKRootsCheck runs fleetd ek-roots check on a good bundle (exit 0)
+// and on one holding an EK certificate (exit 1).
+func TestEKRootsCheck(t *testing.T) {
+	dir := t.TempDir()
+	root := tpmtest.NewManufacturer(t, "Vendor Root", nil)
+	inter := tpmtest.NewManufacturer(t, "Vendor EK CA", root)
+	pemOf := func(c *x509.Certificate) string {
+		return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}))
+	}
+	write(t, filepath.Join(dir, "root.pem"), pemOf(root.Cert))
+	write(t, filepath.Join(dir, "ek-ca.pem"), pemOf(inter.Cert))
+	out, errOut, code := run(t, "ek-roots", "check", dir)
+	if code != 0 || !strings.Contains(out, "1 roots, 1 intermediates, 0 errors") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	ek, err := x509.ParseCertificate(inter.EKCert(t, root.Key.Public(), tpmtest.EKCertOptions{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "ek.pem"), pemOf(ek))
+	out, _, code = run(t, "ek-roots", "check", dir)
+	if code != cli.ExitFailure || !strings.Contains(out, "ERROR: ek.pem") {
+		t.Fatalf("an EK certificate in the bundle: exit %d\n%s", code, out)
+	}
+	if _, _, code = run(t, "ek-roots", "check"); code != cli.ExitUsage {
+		t.Fatalf("no folder: exit %d", code)
+	}
 }

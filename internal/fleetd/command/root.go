@@ -33,7 +33,7 @@ Start here:
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand(), policyCommand(), pkiCommand(), exportCommand())
+	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand(), policyCommand(), pkiCommand(), ekRootsCommand(), exportCommand())
 	return root
 }
 

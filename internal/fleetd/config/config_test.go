@@ -1,8 +1,10 @@
 package config
 
 import (
+	"crypto/tls"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -66,6 +68,10 @@ func TestLoadFleetdRefusals(t *testing.T) {
 		{"a store URL of another scheme", "pki_dir = \"p\"\ndata_dir = \"d\"\nstore = \"mysql://db/fleetd\"\n", "store.url: scheme"},
 		{"postgres without a URL", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\ndriver = \"postgres\"\n", "store.url: the PostgreSQL URL is required"},
 		{"an unknown store setting", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\nuri = \"postgres://db/x\"\n", "store.uri"},
+		{"an unknown key exchange", "pki_dir = \"p\"\ndata_dir = \"d\"\ntls_key_exchanges = [\"Kyber512\"]\n", "tls_key_exchanges: \"Kyber512\""},
+		{"a key exchange twice", "pki_dir = \"p\"\ndata_dir = \"d\"\ntls_key_exchanges = [\"X25519\", \"X25519\"]\n", "named twice"},
+		{"a debug endpoint off loopback", "pki_dir = \"p\"\ndata_dir = \"d\"\ndebug_listen = \"0.0.0.0:6060\"\n", "debug_listen: \"0.0.0.0:6060\" is not a loopback address"},
+		{"a debug endpoint by host name", "pki_dir = \"p\"\ndata_dir = \"d\"\ndebug_listen = \"example.test:6060\"\n", "not a loopback address"},
 		{"a password file for SQLite", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\ndriver = \"sqlite\"\npassword_file = \"pw\"\n", "PostgreSQL settings"},
 	}
 	for _, tc := range cases {
@@ -78,6 +84,27 @@ func TestLoadFleetdRefusals(t *testing.T) {
 				t.Errorf("the error shows the password: %v", err)
 			}
 		})
+	}
+}
+
+func TestLoadFleetdKeyExchangesAndDebug(t *testing.T) {
+	c, err := LoadFleetd(writeFile(t, "pki_dir = \"p\"\ndata_dir = \"d\"\ntls_key_exchanges = [\"X25519\", \"P256\"]\ndebug_listen = \"[::1]:6060\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := c.KeyExchanges()
+	if err != nil || !slices.Equal(ids, []tls.CurveID{tls.X25519, tls.CurveP256}) {
+		t.Errorf("KeyExchanges = %v, %v; want X25519, P256", ids, err)
+	}
+	if c.DebugListen != "[::1]:6060" {
+		t.Errorf("debug_listen = %q", c.DebugListen)
+	}
+	c, err = LoadFleetd(writeFile(t, "pki_dir = \"p\"\ndata_dir = \"d\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := c.KeyExchanges(); ids != nil || c.DebugListen != "" {
+		t.Errorf("defaults: key exchanges %v, debug_listen %q; want Go's default and off", ids, c.DebugListen)
 	}
 }
 

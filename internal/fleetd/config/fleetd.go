@@ -1,12 +1,14 @@
 package config
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
@@ -51,7 +53,18 @@ type Fleetd struct {
 	Limits    Limits    `toml:"limits"`
 	// BootPolicy configures measured boot (docs/boot-policy.md).
 	BootPolicy BootPolicy `toml:"boot_policy"`
-	PKCS11     PKCS11     `toml:"pkcs11"`
+	// Actuator receives cordon requests (docs/boot-policy.md).
+	Actuator Actuator `toml:"actuator"`
+	PKCS11   PKCS11   `toml:"pkcs11"`
+	// TLSKeyExchanges are the TLS 1.3 key exchanges the server offers, in
+	// order of preference: X25519MLKEM768 (hybrid post-quantum), X25519,
+	// P256, P384. Empty means Go's default (X25519MLKEM768 first, then the
+	// classic ones). docs/performance.md measures both kinds.
+	TLSKeyExchanges []string `toml:"tls_key_exchanges"`
+	// DebugListen, when set, serves the process's memory figures
+	// (runtime/metrics) and Go's profiler over plain HTTP on this address,
+	// which must be a loopback one. Off by default.
+	DebugListen string `toml:"debug_listen"`
 	// Export configures the SPIRE registration export (docs/spire.md).
 	Export Export `toml:"export"`
 
@@ -68,6 +81,15 @@ type TPM struct {
 	EKRoots []string `toml:"ek_roots"`
 	// EKIntermediates are PEM files of manufacturer intermediates.
 	EKIntermediates []string `toml:"ek_intermediates"`
+	// EKRootsDir is a folder of vendor CA certificates (roots and
+	// intermediates, told apart by fleetd): the manufacturer root bundle
+	// `fleetd ek-roots check` checks. It adds to EKRoots and
+	// EKIntermediates; a bundle with an error stops the start.
+	EKRootsDir string `toml:"ek_roots_dir"`
+	// RequireEKCertificateAndPin makes a tpm join need both a trusted EK
+	// certificate and an EK already known (pinned for a node, or bound by
+	// a declaration); either alone is refused.
+	RequireEKCertificateAndPin bool `toml:"require_ek_certificate_and_pin"`
 	// ChallengeTTL is how long a challenge round may be answered.
 	ChallengeTTL Duration `toml:"challenge_ttl"`
 }
@@ -154,6 +176,24 @@ type BootPolicy struct {
 	// many rotated files are kept (default 5, at most 100).
 	VerdictLogMaxBytes int64 `toml:"verdict_log_max_bytes"`
 	VerdictLogKeep     int   `toml:"verdict_log_keep"`
+	// VerdictsKept is how many verdicts the store keeps per node, for
+	// fleetd nodes verdicts (default 50).
+	VerdictsKept int `toml:"verdicts_kept"`
+	// ControlPlaneClasses are the classes whose failed boot checks only
+	// alert (default ["control-plane"]); any other class is quarantined.
+	ControlPlaneClasses []string `toml:"control_plane_classes"`
+	// BootCheckTimeout is how long a node has to answer a nonce with its
+	// boot evidence (default 1m); no answer is not evidence.
+	BootCheckTimeout Duration `toml:"boot_check_timeout"`
+}
+
+// Actuator says where cordon requests go when a worker is quarantined by
+// its boot policy (docs/boot-policy.md).
+type Actuator struct {
+	// WebhookURL receives each request as a JSON POST; empty: none.
+	WebhookURL string `toml:"webhook_url"`
+	// WebhookTimeout bounds one request (default 10s).
+	WebhookTimeout Duration `toml:"webhook_timeout"`
 }
 
 // PKCS11 says how to reach the PKCS#11 tokens that hold keys of the PKI
@@ -297,6 +337,18 @@ func (c *Fleetd) applyDefaults() {
 	if c.BootPolicy.VerdictLogKeep == 0 {
 		c.BootPolicy.VerdictLogKeep = bootpolicy.DefaultVerdictLogKeep
 	}
+	if c.BootPolicy.VerdictsKept == 0 {
+		c.BootPolicy.VerdictsKept = 50
+	}
+	if c.BootPolicy.ControlPlaneClasses == nil {
+		c.BootPolicy.ControlPlaneClasses = []string{"control-plane"}
+	}
+	if c.BootPolicy.BootCheckTimeout.Duration == 0 {
+		c.BootPolicy.BootCheckTimeout.Duration = time.Minute
+	}
+	if c.Actuator.WebhookTimeout.Duration == 0 {
+		c.Actuator.WebhookTimeout.Duration = 10 * time.Second
+	}
 	if c.Store.Driver == "" {
 		c.Store.Driver = "sqlite"
 		if c.Store.URL != "" {
@@ -368,11 +420,25 @@ func (c *Fleetd) Validate() error {
 	if err := c.Limits.validate(); err != nil {
 		return err
 	}
+	if _, err := c.KeyExchanges(); err != nil {
+		return err
+	}
+	if c.DebugListen != "" {
+		if err := loopbackAddress(c.DebugListen); err != nil {
+			return fmt.Errorf("debug_listen: %w", err)
+		}
+	}
 	if n := c.BootPolicy.VerdictLogMaxBytes; n < bootpolicy.MinVerdictLogMaxBytes {
 		return fmt.Errorf("boot_policy.verdict_log_max_bytes: %d is below %d", n, bootpolicy.MinVerdictLogMaxBytes)
 	}
 	if n := c.BootPolicy.VerdictLogKeep; n < 1 || n > bootpolicy.MaxVerdictLogKeep {
 		return fmt.Errorf("boot_policy.verdict_log_keep: %d is outside 1..%d", n, bootpolicy.MaxVerdictLogKeep)
+	}
+	if n := c.BootPolicy.VerdictsKept; n < 1 || n > 10000 {
+		return fmt.Errorf("boot_policy.verdicts_kept: %d is outside 1..10000", n)
+	}
+	if d := c.BootPolicy.BootCheckTimeout.Duration; d < time.Second || d > time.Hour {
+		return fmt.Errorf("boot_policy.boot_check_timeout: %s is outside 1s..1h", d)
 	}
 	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
 		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)
@@ -518,6 +584,47 @@ func (l *Limits) validate() error {
 	}
 	if l.MaxConnections > 0 && l.MaxConnectionsPerSource > l.MaxConnections {
 		return fmt.Errorf("limits.max_connections_per_source: %d is above max_connections (%d)", l.MaxConnectionsPerSource, l.MaxConnections)
+	}
+	return nil
+}
+
+// keyExchanges are the names tls_key_exchanges takes.
+var keyExchanges = map[string]tls.CurveID{
+	"X25519MLKEM768": tls.X25519MLKEM768,
+	"X25519":         tls.X25519,
+	"P256":           tls.CurveP256,
+	"P384":           tls.CurveP384,
+}
+
+// KeyExchanges returns the curve preferences of tls_key_exchanges; nil
+// means Go's default.
+func (c *Fleetd) KeyExchanges() ([]tls.CurveID, error) {
+	var ids []tls.CurveID
+	for _, n := range c.TLSKeyExchanges {
+		id, ok := keyExchanges[n]
+		if !ok {
+			return nil, fmt.Errorf("tls_key_exchanges: %q is not one of X25519MLKEM768, X25519, P256, P384", n)
+		}
+		if slices.Contains(ids, id) {
+			return nil, fmt.Errorf("tls_key_exchanges: %q is named twice", n)
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// loopbackAddress refuses an address that is not host:port with a
+// loopback host (an IP address or "localhost").
+func loopbackAddress(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port: %w", err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address (127.0.0.1, ::1 or localhost): the debug endpoint has no authentication", addr)
 	}
 	return nil
 }

@@ -90,7 +90,7 @@ type Transition struct {
 var (
 	Provision  = Transition{"provision", []string{store.StatePlanned}, store.StateProvisioning, roles.Lifecycle, false}
 	Quarantine = Transition{"quarantine", []string{store.StateActive, store.StateProvisioning}, store.StateQuarantined, roles.Lifecycle, false}
-	Release    = Transition{"release", []string{store.StateQuarantined}, store.StateActive, roles.Lifecycle, false}
+	Release    = Transition{"release", []string{store.StateQuarantined}, store.StateActive, roles.Release, false}
 	Retire     = Transition{"retire", []string{store.StatePlanned, store.StateProvisioning, store.StateActive, store.StateRevoked, store.StateQuarantined},
 		store.StateRetired, roles.Retire, true}
 )

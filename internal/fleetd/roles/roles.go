@@ -38,7 +38,8 @@ const (
 	ReadFleet      Action = "read the fleet (nodes, tokens, pending joins, claims, history)"
 	ReadInventory  Action = "read the inventory and its changelog"
 	WriteInventory Action = "write the inventory and EK bindings"
-	Lifecycle      Action = "change a node's lifecycle (provision, quarantine, release, revoke, approve)"
+	Lifecycle      Action = "change a node's lifecycle (provision, quarantine, revoke, approve, check boot)"
+	Release        Action = "lift a quarantine (release)"
 	Retire         Action = "retire or delete a node"
 	CreateToken    Action = "create join tokens"
 	ReadAdmins     Action = "list admin credentials"
@@ -55,6 +56,7 @@ var table = map[Action][]Role{
 	WriteInventory: {Owner, Declarer},
 	Lifecycle:      {Owner, Operator},
 	Retire:         {Owner},
+	Release:        {Owner},
 	CreateToken:    {Owner, Operator},
 	ReadAdmins:     {Owner, Auditor},
 	ManageAdmins:   {Owner},

@@ -61,6 +61,8 @@ var adminActions = map[string]func(req any) roles.Action{
 	"ListChanges":      fixed(roles.ReadInventory),
 	"ListClaims":       fixed(roles.ReadFleet),
 	"NodeHistory":      fixed(roles.ReadFleet),
+	"ListVerdicts":     fixed(roles.ReadFleet),
+	"CheckNode":        fixed(roles.Lifecycle),
 	"ApplyInventory": func(req any) roles.Action {
 		if r, ok := req.(*adminv1.ApplyInventoryRequest); ok && r.DryRun {
 			return roles.ReadInventory

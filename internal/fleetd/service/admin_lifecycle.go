@@ -400,3 +400,36 @@ func (a *adminService) NodeHistory(ctx context.Context, req *adminv1.NodeHistory
 	}
 	return out, nil
 }
+
+// maxVerdictsListed bounds a ListVerdicts answer.
+const maxVerdictsListed = 1000
+
+func (a *adminService) ListVerdicts(ctx context.Context, req *adminv1.ListVerdictsRequest) (*adminv1.ListVerdictsResponse, error) {
+	if req.NodeId == "" {
+		return nil, refused(codes.InvalidArgument, "name the node whose verdicts to list")
+	}
+	limit := int(req.Limit)
+	if limit == 0 {
+		limit = 100
+	}
+	limit = min(limit, maxVerdictsListed)
+	vs, err := a.s.cfg.Store.ListVerdicts(ctx, req.NodeId, limit)
+	if err != nil {
+		return nil, storeFailure("verdicts of node "+req.NodeId, err)
+	}
+	out := &adminv1.ListVerdictsResponse{}
+	for _, v := range vs {
+		out.Verdicts = append(out.Verdicts, verdictInfo(v))
+	}
+	return out, nil
+}
+
+// verdictInfo is a stored verdict on the wire.
+func verdictInfo(v store.Verdict) *adminv1.Verdict {
+	out := &adminv1.Verdict{NodeId: v.NodeID, TimeUnixNano: v.Time.UnixNano(), Stage: v.Stage, Class: v.Class, Passed: v.Passed,
+		NonceSha256: v.NonceSHA256, QuoteSha256: v.QuoteSHA256, PolicySha256: v.Policy}
+	for _, f := range v.Failed {
+		out.Failed = append(out.Failed, &adminv1.FailedRule{Rule: f.Rule, Reason: f.Reason})
+	}
+	return out
+}

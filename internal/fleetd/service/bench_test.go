@@ -1,26 +1,38 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"path/filepath"
+	"runtime"
+	rtmetrics "runtime/metrics"
+	"runtime/pprof"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/joinresponse"
+	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
 // The benchmarks of the server's hot paths run the handlers in process,
@@ -254,7 +266,7 @@ func BenchmarkRenewVerify(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		n := nodes[i%len(nodes)]
 		r := reqs[i]
-		signed, rerr := s.renew(ctx, n.caller, &joinv1.RenewRequest{Csr: r.csr, Chain: n.chain, ClientTimeUnixNano: r.t, Proof: r.proof})
+		signed, rerr := s.renew(ctx, n.caller, &joinv1.RenewRequest{Csr: r.csr, Chain: n.chain, ClientTimeUnixNano: r.t, Proof: r.proof}, nil)
 		if rerr != nil {
 			b.Fatalf("renewal %d: %v", i, rerr)
 		}
@@ -301,4 +313,112 @@ func BenchmarkRenewChecks(b *testing.B) {
 			}
 		}
 	})
+}
+
+// sessionsPerHold is how many sessions one iteration of
+// BenchmarkSessionHold opens and holds.
+const sessionsPerHold = 64
+
+// BenchmarkSessionHold opens Gateway sessions over real mutual TLS on
+// loopback, sessionsPerHold per iteration, and holds them all: Hello,
+// Welcome, then nothing. It reports the server's goroutines per held
+// session (counted by a profiler label the server's goroutines inherit)
+// and the process's Go heap and stacks per session after a collection —
+// both ends, since the clients run in this process too: an upper bound of
+// the server's share, which nodetrust-load measures alone.
+func BenchmarkSessionHold(b *testing.B) {
+	s := benchServer(b)
+	n := b.N * sessionsPerHold
+	nodes := joinNodes(b, s, n)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go pprof.Do(ctx, pprof.Labels("side", "server"), func(ctx context.Context) { served <- s.Serve(ctx, ln) })
+	defer func() {
+		cancel()
+		if err := <-served; err != nil {
+			b.Error(err)
+		}
+	}()
+	bundle := s.cfg.Authority.Bundle
+	conns := make([]*grpc.ClientConn, 0, n)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	b.StopTimer()
+	runtime.GC()
+	baseGoroutines := labelledGoroutines(b, "server")
+	baseMem := heapAndStacks()
+	b.StartTimer()
+	cpu := processCPU()
+	for i := range n {
+		node := nodes[i]
+		leaf, err := x509.ParseCertificate(node.chain[0])
+		if err != nil {
+			b.Fatal(err)
+		}
+		cert := &tls.Certificate{Certificate: node.chain, PrivateKey: node.key, Leaf: leaf}
+		tc := tlspin.Client(bundle.ServingCASPKIPin, bundle.ServerName, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil })
+		conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		conns = append(conns, conn)
+		stream, err := gatewayv1.NewGatewayClient(conn).Session(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := stream.Send(&gatewayv1.SessionRequest{Id: 1, Body: &gatewayv1.SessionRequest_Hello{Hello: &gatewayv1.Hello{DaemonVersion: "bench", InstanceId: fmt.Sprintf("bench-%d", i)}}}); err != nil {
+			b.Fatal(err)
+		}
+		m, err := stream.Recv()
+		if err != nil || m.GetWelcome() == nil {
+			b.Fatalf("session %d: %v %v", i, m, err)
+		}
+	}
+	reportCPU(b, cpu)
+	b.StopTimer()
+	if got := s.sessions.count(); got != n {
+		b.Fatalf("%d sessions live, want %d", got, n)
+	}
+	runtime.GC()
+	b.ReportMetric(float64(labelledGoroutines(b, "server")-baseGoroutines)/float64(n), "srv-goroutines/session")
+	b.ReportMetric(float64(heapAndStacks()-baseMem)/float64(n), "both-ends-B/session")
+	b.ReportMetric(float64(n), "sessions")
+}
+
+// labelledGoroutines counts the goroutines carrying profiler label
+// side=side, from the goroutine profile's text form.
+func labelledGoroutines(tb testing.TB, side string) int {
+	tb.Helper()
+	var buf bytes.Buffer
+	if err := pprof.Lookup("goroutine").WriteTo(&buf, 1); err != nil {
+		tb.Fatal(err)
+	}
+	want := fmt.Sprintf("# labels: {%q:%q}", "side", side)
+	total, group := 0, 0
+	for line := range strings.Lines(buf.String()) {
+		line = strings.TrimSpace(line)
+		if n, _, ok := strings.Cut(line, " @ "); ok {
+			group, _ = strconv.Atoi(n)
+			continue
+		}
+		if line == want {
+			total += group
+		}
+	}
+	return total
+}
+
+// heapAndStacks is the Go heap's objects and the goroutine stacks, in
+// bytes (runtime/metrics).
+func heapAndStacks() int64 {
+	s := []rtmetrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/memory/classes/heap/stacks:bytes"}}
+	rtmetrics.Read(s)
+	return int64(s[0].Value.Uint64() + s[1].Value.Uint64())
 }

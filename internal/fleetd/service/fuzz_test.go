@@ -73,7 +73,7 @@ func FuzzRenewRequest(f *testing.F) {
 			return
 		}
 		caller := *n.caller // each call as a fresh session's caller
-		_, err := s.renew(context.Background(), &caller, &req)
+		_, err := s.renew(context.Background(), &caller, &req, nil)
 		checkAnswer(t, s, err, false)
 	})
 }
@@ -84,6 +84,9 @@ func FuzzSessionRequest(f *testing.F) {
 	f.Add(mustMarshal(f, &gatewayv1.SessionRequest{Id: 1, Body: &gatewayv1.SessionRequest_Ping{Ping: &gatewayv1.Ping{}}}))
 	f.Add(mustMarshal(f, &gatewayv1.SessionRequest{Id: 2, Body: &gatewayv1.SessionRequest_Renew{Renew: &joinv1.RenewRequest{Chain: n.chain}}}))
 	f.Add(mustMarshal(f, &gatewayv1.SessionRequest{Id: 3, Body: &gatewayv1.SessionRequest_Hello{Hello: &gatewayv1.Hello{InstanceId: "x"}}}))
+	f.Add(mustMarshal(f, &gatewayv1.SessionRequest{Id: 4, Body: &gatewayv1.SessionRequest_NonceRequest{NonceRequest: &gatewayv1.NonceRequest{Purpose: gatewayv1.NoncePurpose_NONCE_PURPOSE_RENEWAL}}}))
+	f.Add(mustMarshal(f, &gatewayv1.SessionRequest{Id: 5, Body: &gatewayv1.SessionRequest_BootEvidence{BootEvidence: &gatewayv1.BootEvidence{Nonce: []byte("n"), Pcrs: map[uint32][]byte{0: make([]byte, 32)}}}}))
+	f.Add(mustMarshal(f, &gatewayv1.SessionRequest{Id: 6, Body: &gatewayv1.SessionRequest_AttestedRenew{AttestedRenew: &gatewayv1.AttestedRenew{Renew: &joinv1.RenewRequest{Chain: n.chain}}}}))
 	g := &gateway{s: s}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		var m gatewayv1.SessionRequest
@@ -91,7 +94,7 @@ func FuzzSessionRequest(f *testing.F) {
 			return
 		}
 		caller := *n.caller
-		resp := g.handle(context.Background(), &caller, &m)
+		resp := g.handle(context.Background(), &caller, &nonceBook{}, &m)
 		if resp.Id != m.Id || resp.Body == nil {
 			t.Fatalf("answer %v to request %d: want its id and a body", resp, m.Id)
 		}

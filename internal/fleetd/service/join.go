@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc/peer"
 
+	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
@@ -424,6 +425,15 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	}
 	s.log.InfoContext(ctx, "node joined", logkey.NodeID, in.nodeID, logkey.Attestor, in.attestor, "actor", actor,
 		logkey.Serial, serial, "reclaim", in.reclaim, logkey.Generation, in.gen, logkey.Peer, peerAddr(ctx))
+	if in.reclaim {
+		// The reclaimed identity's certificates are revoked: its live
+		// session here ends as a revocation's does (other replicas hear
+		// it from the store's revocation feed).
+		notice := &gatewayv1.RevocationNotice{Reason: "reclaimed", IdentityGeneration: in.gen}
+		if s.sessions.notifyOlder(in.nodeID, in.gen, notice) {
+			s.log.InfoContext(ctx, "session of the reclaimed identity ended", logkey.NodeID, in.nodeID, logkey.Generation, in.gen)
+		}
+	}
 	return &joinv1.JoinResponse{Result: &joinv1.JoinResponse_Signed{Signed: signed}}, nil
 }
 

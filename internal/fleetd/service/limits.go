@@ -143,6 +143,9 @@ var (
 	reasonNodeConflict = refusalCode{"node_conflict"}
 	reasonTPMEvidence  = refusalCode{"tpm_evidence"}
 	reasonTPMChallenge = refusalCode{"tpm_challenge"}
+	// reasonBootPolicy is a proven boot its class's policy does not
+	// accept, or could not judge.
+	reasonBootPolicy = refusalCode{"boot_policy"}
 	// reasonNotAdmitted is a refusal of the lifecycle's admission: an
 	// undeclared machine, an unhonoured binding, a state that may not join.
 	reasonNotAdmitted = refusalCode{"not_admitted"}

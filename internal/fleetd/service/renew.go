@@ -30,7 +30,7 @@ func (j *joinService) Renew(ctx context.Context, req *joinv1.RenewRequest) (*joi
 	if err != nil {
 		return nil, err
 	}
-	signed, err := j.s.renew(ctx, caller, req)
+	signed, err := j.s.renew(ctx, caller, req, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -40,13 +40,17 @@ func (j *joinService) Renew(ctx context.Context, req *joinv1.RenewRequest) (*joi
 // renew checks a renewal from an authenticated caller and issues the next
 // certificate (seed 000, "Renewal"; DESIGN.md section 3), and counts the
 // outcome.
-func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, error) {
-	signed, err := s.renewOnce(ctx, caller, req)
+func (s *Server) renew(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest, att *attestedRenewal) (*joinv1.SignedJoinResult, error) {
+	signed, err := s.renewOnce(ctx, caller, req, att)
 	s.metrics.renewal(codeOf(err))
 	return signed, err
 }
 
-func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest) (*joinv1.SignedJoinResult, error) {
+// att is the boot evidence the renewal carries (nil for a plain renewal):
+// with boot policy, a certificate that names an AK renews only with a
+// quote by that AK over a nonce of this session that the policy of the
+// node's class accepts at renewal.
+func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.RenewRequest, att *attestedRenewal) (*joinv1.SignedJoinResult, error) {
 	now := s.cfg.Now()
 	if len(req.Chain) == 0 || len(req.Chain) > 8 {
 		return nil, refused(codes.InvalidArgument, "renewal needs the current chain, leaf first")
@@ -98,18 +102,24 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 		if err := checkKeyAttestation(req.KeyAttestation, cur.info.TPMAKName, csrHash[:], csr.PublicKey); err != nil {
 			return nil, err
 		}
+		if s.cfg.BootPolicy != nil {
+			if err := s.renewalBoot(ctx, cur, req.KeyAttestation.AkPublic, att); err != nil {
+				return nil, err
+			}
+		}
 	}
 
-	window := s.cfg.RenewalWindow
-	times, err := s.cfg.Store.RenewalTimes(ctx, cur.node.ID, now.Add(-window))
+	// An early count spares the signing of a renewal that is over the
+	// limit; the count that decides is RecordRenewalLimited's, in the
+	// transaction that records the renewal, so that renewals racing on
+	// several replicas cannot all pass.
+	limit := store.RenewalLimit{Max: s.cfg.RenewalLimit, Window: s.cfg.RenewalWindow}
+	times, err := s.cfg.Store.RenewalTimes(ctx, cur.node.ID, now.Add(-limit.Window))
 	if err != nil {
 		return nil, unavailable("renewal", "renewal could not be checked; retry", fmt.Errorf("renewal times: %w", err), logkey.NodeID, cur.node.ID)
 	}
-	if len(times) >= s.cfg.RenewalLimit {
-		wait := max(times[len(times)-s.cfg.RenewalLimit].Add(window).Sub(now), time.Millisecond)
-		e := refused(codes.ResourceExhausted, "node %s renewed %d times in %s; retry in %s", cur.node.ID, len(times), window, wait.Round(time.Millisecond))
-		e.pushback = wait
-		return nil, e
+	if over := store.OverRenewalLimit(cur.node.ID, times, limit); over != nil {
+		return nil, overLimit(over, now)
 	}
 
 	lifetime := s.lifetimeFor(cur.node.Role)
@@ -132,7 +142,13 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 		return nil, signFailure("renewal", fmt.Errorf("sign: %w", err), logkey.NodeID, cur.node.ID)
 	}
 	serial := pki.SerialHex(next)
-	err = s.cfg.Store.RecordRenewal(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, nil)
+	err = s.cfg.Store.RecordRenewalLimited(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, limit, nil)
+	var over *store.RenewalLimitError
+	if errors.As(err, &over) {
+		// Another renewal of the node, on this replica or another, was
+		// recorded since the early count.
+		return nil, overLimit(over, now)
+	}
 	if errors.Is(err, store.ErrConflict) {
 		// The node changed since this session read it: quarantined (the
 		// certificate stays good, the renewal waits for a release) or
@@ -151,6 +167,15 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	}
 	s.log.InfoContext(ctx, "node renewed", logkey.NodeID, cur.node.ID, logkey.Serial, serial, "not_after", next.NotAfter.UTC().Format(time.RFC3339))
 	return signed, nil
+}
+
+// overLimit is the refusal of a renewal at now over the node's renewal
+// limit, with the pushback until the next one may pass.
+func overLimit(over *store.RenewalLimitError, now time.Time) error {
+	wait := max(over.RetryAt.Sub(now), time.Millisecond)
+	e := refused(codes.ResourceExhausted, "node %s renewed %d times in %s; retry in %s", over.NodeID, over.Count, over.Limit.Window, wait.Round(time.Millisecond))
+	e.pushback = wait
+	return e
 }
 
 // currentLeaf returns the renewal's current certificate once it is known

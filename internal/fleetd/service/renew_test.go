@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"testing"
 	"time"
 
@@ -237,7 +238,7 @@ func TestRenewRefusals(t *testing.T) {
 		{
 			name: "a revocation between the checks and the record",
 			edit: func(t *testing.T, e *env, n, other *node, r *renewal) {
-				e.store.Before("RecordRenewal", 1, func(ctx context.Context) error {
+				e.store.Before("RecordRenewalLimited", 1, func(ctx context.Context) error {
 					_, _, err := e.db.RevokeNode(ctx, n.id, "revoked meanwhile", e.clock.Now(), nil)
 					return err
 				})
@@ -263,7 +264,7 @@ func TestRenewRefusals(t *testing.T) {
 		{
 			name: "the store fails to record the renewal",
 			edit: func(t *testing.T, e *env, n, other *node, r *renewal) {
-				e.store.FailNext("RecordRenewal", storefault.ErrInjected)
+				e.store.FailNext("RecordRenewalLimited", storefault.ErrInjected)
 			},
 			code: codes.Unavailable, msg: "renewal could not be recorded; retry",
 		},
@@ -407,6 +408,40 @@ func TestRenewalLimit(t *testing.T) {
 	}
 	if times, _ := e.db.RenewalTimes(context.Background(), n.id, time.Time{}); len(times) != 3 {
 		t.Errorf("%d renewals recorded, want 3", len(times))
+	}
+}
+
+// TestRenewalLimitCountedWhereTheRenewalIsRecorded records the limit's
+// renewals, as another replica would, between the service's early count
+// and its record: the store's count in the record refuses the renewal with
+// the same RESOURCE_EXHAUSTED and pushback as the early count.
+func TestRenewalLimitCountedWhereTheRenewalIsRecorded(t *testing.T) {
+	e := newEnv(t, func(c *service.Config) { c.RenewalLimit, c.RenewalWindow = 2, time.Hour })
+	n := e.newNode(t, "web")
+	client, _ := e.nodeClients(t, n)
+	r := e.renewal(t, n)
+	e.store.Before("RecordRenewalLimited", 1, func(ctx context.Context) error {
+		now := e.clock.Now()
+		for i, ago := range []time.Duration{20 * time.Minute, 5 * time.Minute} {
+			c := store.Cert{Serial: fmt.Sprintf("elsewhere%d", i), NodeID: n.id, Generation: n.gen, Kind: "renew", IssuedAt: now.Add(-ago), NotAfter: now.Add(time.Hour)}
+			if err := e.db.RecordRenewal(ctx, c, nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var trailer metadata.MD
+	_, err := client.Renew(t.Context(), r.req, grpc.Trailer(&trailer))
+	e.wantFired(t)
+	wantStatus(t, err, codes.ResourceExhausted, "node web renewed 2 times in 1h0m0s; retry in 40m0s")
+	if got := trailer.Get("grpc-retry-pushback-ms"); len(got) != 1 || got[0] != "2400000" {
+		t.Errorf("grpc-retry-pushback-ms = %v, want 2400000", got)
+	}
+	if times, _ := e.db.RenewalTimes(context.Background(), n.id, time.Time{}); len(times) != 2 {
+		t.Errorf("%d renewals recorded, want the other replica's 2", len(times))
+	}
+	if got := e.storedNode(t, n.id); got.CertSerial != "elsewhere1" {
+		t.Errorf("node's serial %s, want the last recorded renewal's", got.CertSerial)
 	}
 }
 

@@ -19,6 +19,8 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/actuator"
+	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/connlimit"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
@@ -51,6 +53,10 @@ type Config struct {
 	// roots; nil trusts no EK certificate, so only EKs already pinned for
 	// a node can join with the tpm attestor.
 	EKVerifier *attest.Verifier
+	// RequireEKCertificateAndPin refuses a tpm join unless its EK
+	// certificate is trusted and its EK is known too (pinned for a node,
+	// or bound by a declaration): neither proof stands in for the other.
+	RequireEKCertificateAndPin bool
 	// ChallengeTTL is how long a tpm join's challenge round may be
 	// answered (default 1 minute).
 	ChallengeTTL time.Duration
@@ -83,12 +89,37 @@ type Config struct {
 	// Limits bound what hostile traffic costs; zero fields take
 	// DefaultLimits'.
 	Limits Limits
+
+	// BootPolicy, when set, judges every boot a TPM proves: tpm joins
+	// (intake), renewals of certificates that name an AK, and boot checks
+	// on the live session (docs/boot-policy.md). Nil keeps a tpm join's
+	// check to the event log's replay, and boot checks off.
+	BootPolicy *bootpolicy.Policies
+	// VerdictLog, when set, receives every verdict (verdicts.jsonl).
+	VerdictLog *bootpolicy.VerdictLog
+	// VerdictsKept is how many verdicts the store keeps per node (default
+	// DefaultVerdictsKept).
+	VerdictsKept int
+	// ControlPlaneClasses are the classes whose failed verdicts only
+	// alert (default control-plane); a failed verdict of any other class
+	// quarantines the node.
+	ControlPlaneClasses []string
+	// Actuator, when set, is asked to cordon a node quarantined by its
+	// boot policy.
+	Actuator actuator.Actuator
+	// BootCheckTimeout is how long a node has to answer a nonce with its
+	// evidence (default 1 minute); no answer is not evidence.
+	BootCheckTimeout time.Duration
+	// KeyExchanges are the TLS key exchanges offered, in order; nil means
+	// Go's default (the hybrid X25519MLKEM768 first).
+	KeyExchanges []tls.CurveID
 }
 
 // Server holds the control plane's services.
 type Server struct {
 	cfg       Config
 	metrics   *metrics
+	boot      *bootMetrics
 	sessions  *sessions
 	log       *slog.Logger
 	wellKnown []byte
@@ -157,6 +188,15 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxClaims <= 0 {
 		cfg.MaxClaims = 10000
 	}
+	if cfg.VerdictsKept <= 0 {
+		cfg.VerdictsKept = DefaultVerdictsKept
+	}
+	if cfg.ControlPlaneClasses == nil {
+		cfg.ControlPlaneClasses = []string{"control-plane"}
+	}
+	if cfg.BootCheckTimeout <= 0 {
+		cfg.BootCheckTimeout = time.Minute
+	}
 	cfg.Limits.applyDefaults()
 	logThrottle, err := throttle.New(throttle.Config{Window: cfg.Limits.RefusalLogWindow, Burst: cfg.Limits.RefusalLogBurst, Now: cfg.Now})
 	if err != nil {
@@ -188,6 +228,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.metrics = newMetrics(s)
+	s.boot = newBootMetrics(s.metrics.reg)
 	s.exportMetrics = newExportMetrics(s.metrics.reg)
 	s.admission = &lifecycle.Admission{Store: cfg.Store, Source: cfg.Inventory, Required: cfg.InventoryRequired, AutoProvision: cfg.AutoProvision}
 	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, Now: cfg.Now,
@@ -214,6 +255,8 @@ func (s *Server) TLSConfig() *tls.Config {
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    s.clientCAs,
 		NextProtos:   []string{"h2"},
+		// nil: Go's default.
+		CurvePreferences: s.cfg.KeyExchanges,
 	}
 }
 
@@ -236,6 +279,12 @@ func (s *Server) GRPCServer(lim *connlimit.Listener) *grpc.Server {
 		grpc.ConnectionTimeout(l.HandshakeTimeout),
 		grpc.MaxRecvMsgSize(maxJoinBytes),
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
+		// No 32 KiB read buffer per connection: the framer reads from the
+		// TLS connection, which buffers a record already. A held session
+		// is idle almost always, so the buffer was memory for nothing
+		// (docs/performance.md). Writes share pooled buffers (grpc-go's
+		// default).
+		grpc.ReadBufferSize(0),
 	)
 	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})
 	adminv1.RegisterAdminServer(g, &adminService{s: s})

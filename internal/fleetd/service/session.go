@@ -34,6 +34,8 @@ type session struct {
 	// probes asks the handler to probe the node; the handler answers on
 	// the given channel when the node acknowledges.
 	probes chan chan struct{}
+	// checks asks the handler for a boot check now (CheckNode).
+	checks chan *checkCall
 	// done is closed when the handler returns.
 	done chan struct{}
 	once sync.Once
@@ -46,6 +48,7 @@ func newSession(nodeID, instance string) *session {
 		notice:   make(chan *gatewayv1.RevocationNotice, 1),
 		replaced: make(chan struct{}),
 		probes:   make(chan chan struct{}, 1),
+		checks:   make(chan *checkCall),
 		done:     make(chan struct{}),
 	}
 }
@@ -284,8 +287,27 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 	shutdown := s.sessions.closed()
 	var probeAck chan struct{}
 	var probeID uint64
+	// book holds the nonces this session gave for boot evidence; those
+	// never answered are counted when the session ends, and change nothing.
+	book := &nonceBook{}
+	defer func() { s.unanswered(context.WithoutCancel(ctx), sess.nodeID, ignoredSessionEnded, book.open) }()
 	for {
 		select {
+		case call := <-sess.checks:
+			bn, dropped, err := s.giveNonce(book, gatewayv1.NoncePurpose_NONCE_PURPOSE_BOOT_CHECK, call.result)
+			if err != nil {
+				call.result <- checkOutcome{err: err}
+				continue
+			}
+			if dropped != nil {
+				s.unanswered(ctx, sess.nodeID, ignoredReplaced, []*issuedNonce{dropped})
+			}
+			probeID++
+			if err := stream.Send(&gatewayv1.SessionResponse{Id: probeID, Body: &gatewayv1.SessionResponse_Nonce{Nonce: bn}}); err != nil {
+				return err
+			}
+		case <-book.expiry(time.Now()):
+			s.unanswered(ctx, sess.nodeID, ignoredTimeout, book.expire(time.Now()))
 		case ack := <-sess.probes:
 			probeID++
 			probeAck = ack
@@ -311,7 +333,7 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 				}
 				continue
 			}
-			resp := g.handle(ctx, caller, m)
+			resp := g.handle(ctx, caller, book, m)
 			if err := stream.Send(resp); err != nil {
 				return err
 			}
@@ -320,13 +342,42 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 }
 
 // handle answers one request on a session.
-func (g *gateway) handle(ctx context.Context, caller *authedNode, m *gatewayv1.SessionRequest) *gatewayv1.SessionResponse {
+func (g *gateway) handle(ctx context.Context, caller *authedNode, book *nonceBook, m *gatewayv1.SessionRequest) *gatewayv1.SessionResponse {
 	out := &gatewayv1.SessionResponse{Id: m.Id}
 	switch b := m.Body.(type) {
 	case *gatewayv1.SessionRequest_Ping:
 		out.Body = &gatewayv1.SessionResponse_Pong{Pong: &gatewayv1.Pong{ServerTimeUnixNano: g.s.cfg.Now().UnixNano()}}
+	case *gatewayv1.SessionRequest_NonceRequest:
+		bn, err := g.s.nonceRequest(ctx, caller, book, b.NonceRequest)
+		if err != nil {
+			out.Body = &gatewayv1.SessionResponse_Error{Error: g.s.sessionError(ctx, err, logkey.NodeID, caller.node.ID)}
+			break
+		}
+		out.Body = &gatewayv1.SessionResponse_Nonce{Nonce: bn}
+	case *gatewayv1.SessionRequest_BootEvidence:
+		out.Body = &gatewayv1.SessionResponse_BootResult{BootResult: g.s.bootEvidence(ctx, caller, book, b.BootEvidence)}
+	case *gatewayv1.SessionRequest_AttestedRenew:
+		att := &attestedRenewal{ev: b.AttestedRenew.GetEvidence()}
+		if att.ev == nil {
+			att.ev = &gatewayv1.BootEvidence{}
+		}
+		if in, ok := book.take(att.ev.Nonce, gatewayv1.NoncePurpose_NONCE_PURPOSE_RENEWAL, time.Now()); ok {
+			att.nonce = in.nonce
+		} else {
+			g.s.boot.ignore(ignoredUnknownNonce)
+		}
+		renew := b.AttestedRenew.GetRenew()
+		if renew == nil {
+			renew = &joinv1.RenewRequest{}
+		}
+		signed, err := g.s.renew(ctx, caller, renew, att)
+		if err != nil {
+			out.Body = &gatewayv1.SessionResponse_Error{Error: g.s.sessionError(ctx, err, logkey.NodeID, caller.node.ID)}
+			break
+		}
+		out.Body = &gatewayv1.SessionResponse_Renew{Renew: &joinv1.RenewResponse{Signed: signed}}
 	case *gatewayv1.SessionRequest_Renew:
-		signed, err := g.s.renew(ctx, caller, b.Renew)
+		signed, err := g.s.renew(ctx, caller, b.Renew, nil)
 		if err != nil {
 			out.Body = &gatewayv1.SessionResponse_Error{Error: g.s.sessionError(ctx, err, logkey.NodeID, caller.node.ID)}
 			break

@@ -274,6 +274,37 @@ func TestRevocationReachesTheLiveSession(t *testing.T) {
 	}
 }
 
+// TestReclaimEndsTheOldSession reclaims a node whose old identity holds a
+// live session: the session gets a revocation notice and ends, as for a
+// revocation.
+func TestReclaimEndsTheOldSession(t *testing.T) {
+	e := newEnv(t)
+	first := newMachine(t, "web")
+	s1, _ := e.token(t, nil)
+	old := e.mustJoin(t, first, e.request(t, first, s1))
+	_, gw := e.nodeClients(t, old)
+	stream, _ := openSession(t, gw, "proc-a")
+
+	m := newMachine(t, "web")
+	m.claims = first.claims
+	secret, _ := e.token(t, &adminv1.CreateTokenRequest{Role: "worker", AllowReclaim: true})
+	if _, err := e.join.Join(t.Context(), e.request(t, m, secret)); err != nil {
+		t.Fatalf("reclaim: %v", err)
+	}
+	msg, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("Recv: %v, want a revocation notice", err)
+	}
+	if r := msg.GetRevoked(); r == nil || r.Reason != "reclaimed" || r.IdentityGeneration != 2 {
+		t.Fatalf("message %v, want a revocation notice for the reclaim at generation 2", msg)
+	}
+	_, err = stream.Recv()
+	wantStatus(t, err, codes.Unauthenticated, "certificate revoked: reclaimed")
+	if len(e.logs.find("session of the reclaimed identity ended", "node_id", old.id)) != 1 {
+		t.Error("the end of the old session is not logged")
+	}
+}
+
 func TestRevocationWithoutASession(t *testing.T) {
 	e := newEnv(t)
 	n := e.newNode(t, "web")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
@@ -163,6 +164,11 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 		s.log.WarnContext(ctx, "tpm challenge failed, asking again", "round", ch.round, logkey.EKPin, ch.ekPin, logkey.Reason, err.Error())
 		return j.newRound(ctx, ch, ch.round+1)
 	}
+	if j.s.cfg.BootPolicy != nil {
+		if err := j.intakeBoot(ctx, ch, req.Answer); err != nil {
+			return nil, err
+		}
+	}
 	return j.tpmProven(ctx, req, ch, csr, csrHash)
 }
 
@@ -296,19 +302,26 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 	case !errors.Is(err, store.ErrNotFound):
 		return nil, fmt.Errorf("look up EK %s: %w", ekPin, err)
 	}
-	if known == nil {
+	both := s.cfg.RequireEKCertificateAndPin
+	if known == nil || both {
 		why := "the TPM has no EK certificate"
 		if len(ev.EkCertificate) > 0 {
 			why = "no manufacturer roots are configured"
 			if s.cfg.EKVerifier != nil {
-				_, err := s.cfg.EKVerifier.VerifyEKCertificate(ev.EkCertificate, ekPub)
+				// The chain the node read from its TPM's NV only helps
+				// build a path to a configured root; it is never trusted
+				// by itself.
+				_, err := s.cfg.EKVerifier.VerifyEKCertificateChain(ev.EkCertificate, ev.EkChain, ekPub)
 				why = ""
 				if err != nil {
 					why = err.Error()
 				}
 			}
 		}
-		if why != "" {
+		if both && why != "" {
+			return nil, refuse(reasonTPMEvidence, "EK %s: its certificate is not trusted (%s), and tpm.require_ek_certificate_and_pin wants a trusted certificate as well as a known EK", ekPin, why)
+		}
+		if known == nil && (why != "" || both) {
 			// An EK a declaration binds is known too; whether its binding
 			// is honoured is decided after the TPM proved it.
 			bound, err := s.cfg.Inventory.ByEKPin(ctx, ekPin)
@@ -316,6 +329,9 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 				return nil, refuse(reasonTPMEvidence, "unknown EK %s, and the inventory source cannot answer: %v", ekPin, err)
 			}
 			if len(bound) == 0 {
+				if both {
+					return nil, refuse(reasonTPMEvidence, "unknown EK %s: its certificate is trusted, but tpm.require_ek_certificate_and_pin wants the EK pinned for a node or bound by a declaration as well", ekPin)
+				}
 				return nil, refuse(reasonTPMEvidence, "unknown EK %s: not pinned for any node, and its certificate is not trusted (%s); no declaration binds it", ekPin, why)
 			}
 		}
@@ -364,7 +380,8 @@ func (j *joinService) newRound(ctx context.Context, prev *challenge, round uint3
 }
 
 // checkAnswer checks the activated secret, the quote over the round's
-// nonce and the event log against the quoted PCRs.
+// nonce and, without boot policy, the event log against the quoted PCRs
+// (with boot policy, intakeBoot judges the log).
 func (j *joinService) checkAnswer(ch *challenge, a *joinv1.ChallengeAnswer) error {
 	if err := ch.cred.Check(a.ActivatedSecret); err != nil {
 		return err
@@ -379,6 +396,9 @@ func (j *joinService) checkAnswer(ch *challenge, a *joinv1.ChallengeAnswer) erro
 	if err := attest.VerifyQuote(ch.ev.AkPublic, a.QuoteAttest, a.QuoteSignature, ch.nonce, pcrs); err != nil {
 		return err
 	}
+	if j.s.cfg.BootPolicy != nil {
+		return nil
+	}
 	if _, err := attest.ReplayEventLog(a.EventLog, pcrs); err != nil {
 		return err
 	}
@@ -388,4 +408,63 @@ func (j *joinService) checkAnswer(ch *challenge, a *joinv1.ChallengeAnswer) erro
 func samePublicKey(a, b crypto.PublicKey) bool {
 	eq, ok := a.(interface{ Equal(crypto.PublicKey) bool })
 	return ok && eq.Equal(b)
+}
+
+// intakeBoot judges the boot a proven tpm join quoted against the policy of
+// the machine's class (the class of its node, else of the declaration that
+// binds its EK, else worker) and stores the verdict: at intake for a first
+// join (or one of a planned or provisioning node), at renewal's stage for
+// an installed node that re-joins. A
+// failed verdict refuses the join, every failed rule in the log and the
+// audit trail.
+func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.ChallengeAnswer) error {
+	s := j.s
+	nodeID, class, stage := "", "", bootpolicy.Intake
+	if ch.known != nil {
+		nodeID, class = ch.known.ID, ch.known.Class
+		if ch.known.State != store.StatePlanned && ch.known.State != store.StateProvisioning {
+			// A node that was installed re-joins from its installed
+			// boot: the authorities required at renewal apply.
+			stage = bootpolicy.Renewal
+		}
+	} else if decls, err := s.cfg.Inventory.ByEKPin(ctx, ch.ekPin); err == nil && len(decls) == 1 {
+		nodeID, class = decls[0].Name, decls[0].Class
+	}
+	class = classOf(class)
+	pcrs := make(map[int][]byte, len(a.Pcrs))
+	for i, v := range a.Pcrs {
+		pcrs[int(i)] = v
+	}
+	ev := bootpolicy.Evidence{
+		Quote:    &bootpolicy.Quote{AKPublic: ch.ev.AkPublic, Attest: a.QuoteAttest, Signature: a.QuoteSignature, Nonce: ch.nonce},
+		PCRs:     pcrs,
+		EventLog: a.EventLog,
+	}
+	v, err := s.judgeBoot(ctx, nodeID, class, stage, ev)
+	var ne *notEvidence
+	switch {
+	case errors.As(err, &ne):
+		return refuse(reasonBootPolicy, "the boot of EK %s (class %s) was not judged: %v", ch.ekPin, class, err)
+	case err != nil:
+		return err
+	case v.Pass():
+		return nil
+	}
+	summary := failedSummary(v)
+	subject := nodeID
+	if subject == "" {
+		subject = "ek:" + ch.ekPin
+	}
+	_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: s.cfg.Now(), Actor: "bootpolicy", Action: "join.boot_refused", Subject: subject,
+		Detail: capDetail(fmt.Sprintf("class %s, %s: %s", class, stage, summary))})
+	return refuse(reasonBootPolicy, "the boot fails the %s boot policy (%s) of EK %s: %s", class, stage, ch.ekPin, summary)
+}
+
+// capDetail bounds an audit detail.
+func capDetail(s string) string {
+	const maxDetail = 4096
+	if len(s) > maxDetail {
+		return s[:maxDetail] + "…"
+	}
+	return s
 }

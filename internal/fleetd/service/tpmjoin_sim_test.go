@@ -15,6 +15,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store/storefault"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tpm"
@@ -432,5 +433,54 @@ func TestSimTPMJoinStoreFailure(t *testing.T) {
 	e.wantFired(t)
 	if ids := e.nodes(t); len(ids) != 0 {
 		t.Errorf("nodes %v", ids)
+	}
+}
+
+// TestSimTPMJoinRequiresEKCertificateAndPin: with
+// tpm.require_ek_certificate_and_pin, a trusted EK certificate and a known
+// EK (here bound by a declaration) are each refused alone; both pass round 1.
+func TestSimTPMJoinRequiresEKCertificateAndPin(t *testing.T) {
+	m, roots := newTPMMachine(t)
+	ekPin, err := attest.EKPin(m.ek.Public)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name              string
+		trusted, declared bool
+		reason            string // "" means round 1 passes
+	}{
+		{name: "a trusted certificate of an EK nobody knows", trusted: true,
+			reason: "tpm.require_ek_certificate_and_pin wants the EK pinned for a node or bound by a declaration as well"},
+		{name: "a declared EK whose certificate no configured root signed", declared: true,
+			reason: "its certificate is not trusted"},
+		{name: "a declared EK with a trusted certificate", trusted: true, declared: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pool := x509.NewCertPool()
+			if tc.trusted {
+				pool = roots
+			}
+			v, err := attest.New(attest.Config{Roots: pool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := newEnv(t, func(c *service.Config) { c.EKVerifier, c.RequireEKCertificateAndPin = v, true })
+			if tc.declared {
+				d := store.Declaration{Name: "gpu-1", Class: "worker", ProductUUID: "00000000-0000-4000-8000-0000000000aa", EKPins: []string{ekPin}, EKSource: "receiving-scan"}
+				if err := e.db.ApplyInventory(t.Context(), store.InventoryWrite{Writes: []store.DeclarationWrite{{Declaration: d}}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			secret, _ := e.token(t, &adminv1.CreateTokenRequest{Role: "gpu"})
+			req := m.request(t, e, secret)
+			if tc.reason == "" {
+				challenge(t, e, req)
+				return
+			}
+			_, err = e.join.Join(t.Context(), req)
+			wantRefused(t, e, err, tc.reason, "")
+		})
 	}
 }

@@ -22,7 +22,9 @@ type Revocation struct {
 // process and does not implement it.
 type RevocationFeed interface {
 	// WatchRevocations calls fn, from one goroutine, for each revocation
-	// (RevokeNode, DeleteNode) committed by any process after the watch
+	// (RevokeNode, DeleteNode, a TransitionNode that revokes, and a
+	// reclaim by CompleteJoin, whose Generation is the reclaiming
+	// node's) committed by any process after the watch
 	// started, until ctx ends; then it returns ctx's error. When it loses
 	// the database it reconnects, and before it listens again it delivers
 	// the revocations committed meanwhile, so a lost notification is not

@@ -208,6 +208,16 @@ type Store interface {
 	// (the only state that renews); ErrConflict otherwise. The
 	// audit event, when not nil, is appended in the same transaction.
 	RecordRenewal(ctx context.Context, c Cert, audit *AuditEvent) error
+	// RecordRenewalLimited is RecordRenewal under a renewal limit, checked
+	// and written in one transaction that holds the node's row, so that
+	// concurrent renewals of one node, on any replicas, are counted one
+	// after the other. When the node (of c.Generation, active) has
+	// limit.Max certificates of kind "renew" issued at or after
+	// c.IssuedAt - limit.Window, nothing is written and the error is a
+	// *RenewalLimitError saying when the next renewal may come. A node
+	// that changed is ErrConflict, as for RecordRenewal, before the
+	// limit is counted.
+	RecordRenewalLimited(ctx context.Context, c Cert, limit RenewalLimit, audit *AuditEvent) error
 	// GetCert returns one issued certificate by serial.
 	GetCert(ctx context.Context, serial string) (Cert, error)
 	// CountCerts counts the certificates of a node issued at or after since.
@@ -332,6 +342,9 @@ type Store interface {
 	AppendAudit(ctx context.Context, e AuditEvent) error
 	// ListAudit returns the most recent audit events, newest first.
 	ListAudit(ctx context.Context, limit int) ([]AuditEvent, error)
+
+	// VerdictStore is the boot-policy verdict history (verdicts.go).
+	VerdictStore
 
 	// Close releases the store's resources.
 	Close() error

@@ -29,6 +29,27 @@ func insertCert(ctx context.Context, tx pgx.Tx, c store.Cert, g int64) error {
 // otherwise, and when the serial exists). The UPDATE takes the node's row lock, so a renewal and a
 // revocation of one node, on any replicas, happen one after the other.
 func (d *DB) RecordRenewal(ctx context.Context, c store.Cert, audit *store.AuditEvent) error {
+	return d.recordRenewal(ctx, c, nil, audit)
+}
+
+// RecordRenewalLimited is RecordRenewal under the node's renewal limit.
+// The transaction updates the node's row first, which locks it until the
+// transaction ends: a concurrent renewal of the node, on any replica,
+// waits at its own UPDATE, and then (READ COMMITTED: each statement sees
+// what committed before it began) counts this one. Over the limit nothing
+// is written and the error is a *store.RenewalLimitError; a node that
+// changed is ErrConflict first.
+func (d *DB) RecordRenewalLimited(ctx context.Context, c store.Cert, limit store.RenewalLimit, audit *store.AuditEvent) error {
+	if err := limit.Check(); err != nil {
+		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, err)
+	}
+	if c.IssuedAt.IsZero() {
+		return fmt.Errorf("record renewal %s of node %q: a renewal under a limit needs its issue time", c.Serial, c.NodeID)
+	}
+	return d.recordRenewal(ctx, c, &limit, audit)
+}
+
+func (d *DB) recordRenewal(ctx context.Context, c store.Cert, limit *store.RenewalLimit, audit *store.AuditEvent) error {
 	if c.Serial == "" || c.NodeID == "" {
 		return fmt.Errorf("record renewal %s of node %q: certificate has no serial or no node", c.Serial, c.NodeID)
 	}
@@ -45,6 +66,11 @@ func (d *DB) RecordRenewal(ctx context.Context, c store.Cert, audit *store.Audit
 		if tag.RowsAffected() == 0 {
 			return renewalConflict(ctx, tx, c)
 		}
+		if limit != nil {
+			if err := checkRenewalLimit(ctx, tx, c, *limit); err != nil {
+				return err
+			}
+		}
 		if err := insertCert(ctx, tx, c, g); err != nil {
 			return err
 		}
@@ -52,6 +78,30 @@ func (d *DB) RecordRenewal(ctx context.Context, c store.Cert, audit *store.Audit
 	})
 	if err != nil {
 		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, err)
+	}
+	return nil
+}
+
+// checkRenewalLimit counts the node's renewals in the window ending at
+// c.IssuedAt, in tx, which holds the node's row; a
+// *store.RenewalLimitError when there is no room for one more.
+func checkRenewalLimit(ctx context.Context, tx pgx.Tx, c store.Cert, limit store.RenewalLimit) error {
+	rows, err := tx.Query(ctx, `SELECT issued_at FROM certs
+		WHERE node_id = $1 AND kind = 'renew' AND issued_at >= $2
+		ORDER BY issued_at, serial`, c.NodeID, c.IssuedAt.Add(-limit.Window).UTC())
+	if err != nil {
+		return fmt.Errorf("count renewals: %w", err)
+	}
+	times, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (time.Time, error) {
+		var t time.Time
+		err := r.Scan(&t)
+		return t.UTC(), err
+	})
+	if err != nil {
+		return fmt.Errorf("count renewals: %w", err)
+	}
+	if over := store.OverRenewalLimit(c.NodeID, times, limit); over != nil {
+		return over
 	}
 	return nil
 }

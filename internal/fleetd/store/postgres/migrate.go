@@ -232,7 +232,23 @@ CREATE TABLE claims (
 );
 CREATE INDEX claims_last_seen ON claims (last_seen, key);
 `,
-	// 9: the SPIRE export's safeguards, as SQLite's migration 7: the
+	// 9: each node's boot-policy verdicts, the last few kept per node.
+	`
+CREATE TABLE verdicts (
+	seq          bigserial PRIMARY KEY,
+	node_id      text NOT NULL,
+	time         timestamptz,
+	stage        text NOT NULL,
+	class        text NOT NULL,
+	passed       boolean NOT NULL,
+	failed       jsonb NOT NULL,
+	policy       text NOT NULL,
+	nonce_sha256 text NOT NULL,
+	quote_sha256 text NOT NULL
+);
+CREATE INDEX verdicts_node ON verdicts (node_id, seq);
+`,
+	// 10: the SPIRE export's safeguards, as SQLite's migration 8: the
 	// changes held back until the owner allows their digest.
 	`
 CREATE TABLE export_holds (

@@ -36,7 +36,8 @@ const nodeReplace = nodeInsert + ` ON CONFLICT (id) DO UPDATE SET spiffe_id = ex
 // unapproved or mismatched pending join, an unknown, used or expired
 // token, an existing node id without Reclaim, an existing serial, and a
 // generation at or below a deletion's tombstone. A reclaim revokes the old
-// node's unrevoked certificates with reason "reclaimed".
+// node's unrevoked certificates with reason "reclaimed", and publishes a
+// revocation at the new generation for the other replicas' sessions.
 func (d *DB) CompleteJoin(ctx context.Context, j store.Join) error {
 	n, c := j.Node, j.Cert
 	switch {
@@ -83,6 +84,12 @@ func (d *DB) CompleteJoin(ctx context.Context, j store.Join) error {
 			if _, err := tx.Exec(ctx, `UPDATE certs SET revoked_at = $1, revoked_reason = 'reclaimed'
 				WHERE node_id = $2 AND revoked_at IS NULL`, ts(j.Now), n.ID); err != nil {
 				return fmt.Errorf("revoke certificates of the reclaimed node: %w", err)
+			}
+			// The old identity's live session, on whichever replica holds
+			// it, ends as a revocation's does; the new generation's own
+			// session is left alone (the listeners end older ones only).
+			if err := publishRevocation(ctx, tx, n.ID, g, "reclaimed", j.Now); err != nil {
+				return err
 			}
 			q = nodeReplace
 		}

@@ -24,6 +24,11 @@ var (
 	qRenewalTimes = newReadQuery(`SELECT issued_at FROM certs
 		WHERE node_id = ?1 AND kind = 'renew' AND (?2 IS NULL OR issued_at >= ?2)
 		ORDER BY issued_at NULLS FIRST, serial`)
+	// qRenewalTimesW is qRenewalTimes in a write transaction, where it
+	// sees the renewals written before it by the same transaction.
+	qRenewalTimesW = newWriteQuery(`SELECT issued_at FROM certs
+		WHERE node_id = ?1 AND kind = 'renew' AND issued_at >= ?2
+		ORDER BY issued_at, serial`)
 )
 
 func certArgs(a *args, c store.Cert) []any {
@@ -53,17 +58,42 @@ func insertCert(t *wtx, serial string, vals []any) error {
 // batch.go): each returns once the transaction that holds its renewal has
 // committed, or with the error that kept its renewal out.
 func (d *DB) RecordRenewal(ctx context.Context, c store.Cert, audit *store.AuditEvent) error {
+	return d.recordRenewal(ctx, c, nil, audit)
+}
+
+// RecordRenewalLimited is RecordRenewal under the node's renewal limit:
+// the renewals are counted in the write transaction that writes this one,
+// on the single writer connection, after the node's row was updated, so
+// that a renewal counts every one committed or batched before it and
+// none can pass the limit alongside. Over the limit it writes nothing
+// and returns a *store.RenewalLimitError; a node that changed is
+// ErrConflict first.
+func (d *DB) RecordRenewalLimited(ctx context.Context, c store.Cert, limit store.RenewalLimit, audit *store.AuditEvent) error {
+	if err := limit.Check(); err != nil {
+		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, err)
+	}
+	if c.IssuedAt.IsZero() {
+		return fmt.Errorf("record renewal %s of node %q: a renewal under a limit needs its issue time", c.Serial, c.NodeID)
+	}
+	return d.recordRenewal(ctx, c, &limit, audit)
+}
+
+func (d *DB) recordRenewal(ctx context.Context, c store.Cert, limit *store.RenewalLimit, audit *store.AuditEvent) error {
 	if c.Serial == "" || c.NodeID == "" {
 		return fmt.Errorf("record renewal %s of node %q: certificate has no serial or no node", c.Serial, c.NodeID)
 	}
 	var a args
 	call := &renewalCall{
 		c:         c,
+		limit:     limit,
 		gen:       a.gen(c.Generation),
 		notAfter:  a.time(c.NotAfter),
 		issued:    a.time(c.IssuedAt),
 		certVals:  certArgs(&a, c),
 		auditVals: auditArgs(&a, audit),
+	}
+	if limit != nil {
+		call.since = a.time(c.IssuedAt.Add(-limit.Window))
 	}
 	if a.err != nil {
 		return fmt.Errorf("record renewal %s of node %q: %w", c.Serial, c.NodeID, a.err)
@@ -80,10 +110,12 @@ func (d *DB) RecordRenewal(ctx context.Context, c store.Cert, audit *store.Audit
 // renewalCall is the op of one RecordRenewal call: its certificate with
 // the column values already converted.
 type renewalCall struct {
-	c                   store.Cert
-	gen                 int64
-	notAfter, issued    sql.NullInt64
-	certVals, auditVals []any
+	c store.Cert
+	// limit, when not nil, is the renewal limit counted from since.
+	limit                   *store.RenewalLimit
+	gen                     int64
+	notAfter, issued, since sql.NullInt64
+	certVals, auditVals     []any
 }
 
 func (call *renewalCall) String() string {
@@ -102,10 +134,43 @@ func (call *renewalCall) write(t *wtx) error {
 	} else if n == 0 {
 		return renewalConflict(t, *c)
 	}
+	if call.limit != nil {
+		// The node's row is written: no other renewal of it can be
+		// counted or written until this transaction ends.
+		if err := call.checkLimit(t); err != nil {
+			return err
+		}
+	}
 	if err := insertCert(t, c.Serial, call.certVals); err != nil {
 		return err
 	}
 	return insertAudit(t, call.auditVals)
+}
+
+// checkLimit counts the node's renewals in the window ending at the
+// renewal's IssuedAt, in t; a *store.RenewalLimitError when there is no
+// room for one more.
+func (call *renewalCall) checkLimit(t *wtx) error {
+	rows, err := t.query(qRenewalTimesW, call.c.NodeID, call.since)
+	if err != nil {
+		return fmt.Errorf("count renewals: %w", err)
+	}
+	defer rows.Close()
+	var times []time.Time
+	for rows.Next() {
+		var issued sql.NullInt64
+		if err := rows.Scan(&issued); err != nil {
+			return fmt.Errorf("count renewals: %w", err)
+		}
+		times = append(times, fromNanos(issued))
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("count renewals: %w", err)
+	}
+	if over := store.OverRenewalLimit(call.c.NodeID, times, *call.limit); over != nil {
+		return over
+	}
+	return nil
 }
 
 // renewalConflict says why a renewal found no node of its generation.

@@ -226,7 +226,23 @@ CREATE TABLE claims (
 ) STRICT;
 CREATE INDEX claims_last_seen ON claims (last_seen, key);
 `,
-	// 7: the SPIRE export's safeguards (docs/spire.md): the changes held
+	// 7: each node's boot-policy verdicts, the last few kept per node.
+	`
+CREATE TABLE verdicts (
+	seq          INTEGER PRIMARY KEY,
+	node_id      TEXT NOT NULL,
+	time         INTEGER,
+	stage        TEXT NOT NULL,
+	class        TEXT NOT NULL,
+	passed       INTEGER NOT NULL,
+	failed       TEXT NOT NULL,
+	policy       TEXT NOT NULL,
+	nonce_sha256 TEXT NOT NULL,
+	quote_sha256 TEXT NOT NULL
+) STRICT;
+CREATE INDEX verdicts_node ON verdicts (node_id, seq);
+`,
+	// 8: the SPIRE export's safeguards (docs/spire.md): the changes held
 	// back until the owner allows their digest.
 	`
 CREATE TABLE export_holds (

@@ -213,6 +213,14 @@ func (f *Store) CountCerts(ctx context.Context, nodeID string, since time.Time) 
 	return f.Store.CountCerts(ctx, nodeID, since)
 }
 
+// RecordRenewalLimited implements store.Store.
+func (f *Store) RecordRenewalLimited(ctx context.Context, c store.Cert, limit store.RenewalLimit, audit *store.AuditEvent) error {
+	if err := f.enter(ctx, "RecordRenewalLimited"); err != nil {
+		return err
+	}
+	return f.Store.RecordRenewalLimited(ctx, c, limit, audit)
+}
+
 // RenewalTimes implements store.Store.
 func (f *Store) RenewalTimes(ctx context.Context, nodeID string, since time.Time) ([]time.Time, error) {
 	if err := f.enter(ctx, "RenewalTimes"); err != nil {
@@ -427,4 +435,20 @@ func (f *Store) ListClaims(ctx context.Context, limit int) ([]store.Claim, error
 		return nil, err
 	}
 	return f.Store.ListClaims(ctx, limit)
+}
+
+// AppendVerdict implements store.Store.
+func (f *Store) AppendVerdict(ctx context.Context, v store.Verdict, keep int) error {
+	if err := f.enter(ctx, "AppendVerdict"); err != nil {
+		return err
+	}
+	return f.Store.AppendVerdict(ctx, v, keep)
+}
+
+// ListVerdicts implements store.Store.
+func (f *Store) ListVerdicts(ctx context.Context, nodeID string, limit int) ([]store.Verdict, error) {
+	if err := f.enter(ctx, "ListVerdicts"); err != nil {
+		return nil, err
+	}
+	return f.Store.ListVerdicts(ctx, nodeID, limit)
 }

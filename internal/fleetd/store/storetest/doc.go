@@ -59,6 +59,11 @@
 //     NodeHistory order as ListAudit does (changes newest first, history
 //     oldest first, by order of appending). A transition that creates the
 //     node of a planned device records planned as the state it came from.
+//   - RecordRenewalLimited counts the node's renewals issued at or after
+//     c.IssuedAt - Window (one exactly at that instant still counts); its
+//     RetryAt is the Window after the oldest of the Max latest counted
+//     renewals; a node that changed is ErrConflict before any count, and a
+//     limit below 1, a window not positive or a zero IssuedAt is an error.
 //   - NodeByEKPin prefers a node that is not retired, then the lowest id.
 //   - A repeated claim keeps its FirstSeen and counts up; the bound evicts
 //     the claim with the oldest LastSeen.

@@ -1,0 +1,142 @@
+package callsig
+
+import (
+	"crypto/x509"
+	"errors"
+	"testing"
+	"time"
+)
+
+func mustMarshalProof(tb testing.TB, p *MachineProof) []byte {
+	tb.Helper()
+	b, err := p.MarshalBinary()
+	if err != nil {
+		tb.Fatalf("MarshalBinary: %v", err)
+	}
+	return b
+}
+
+func TestProofCacheServesWhatVerifies(t *testing.T) {
+	f := newTestFleet(t, testTD)
+	m := newTestMachine(t, f.auth.Issuer, testNode, testNS)
+	b := mustMarshalProof(t, m.proof(t, testInst, instPub()))
+	c := NewProofCache(0)
+
+	for i := range 3 {
+		peer, err := c.Verify(b, f.trust, testNS, testNow)
+		if err != nil {
+			t.Fatalf("Verify %d: %v", i, err)
+		}
+		if peer.NodeID != testNode || peer.BootID != testBoot || peer.Sender != testInst || !peer.SenderKey.Equal(instPub()) {
+			t.Fatalf("Verify %d: peer = %+v", i, peer)
+		}
+		peer.SenderKey[0] ^= 1 // the caller's copy: the cache's stays intact
+	}
+	if st := c.Stats(); st.Entries != 1 || st.Hits != 2 || st.Misses != 1 {
+		t.Errorf("stats = %+v, want 1 entry, 2 hits, 1 miss", st)
+	}
+
+	// Past the leaf's NotAfter the cached entry does not serve: the full
+	// check refuses the expired chain.
+	_, err := c.Verify(b, f.trust, testNS, m.leaf.NotAfter.Add(time.Second))
+	wantRejection(t, err, CheckMachineProof, "expired or not yet valid")
+	// Before its NotBefore neither.
+	_, err = c.Verify(b, f.trust, testNS, m.leaf.NotBefore.Add(-time.Second))
+	wantRejection(t, err, CheckMachineProof, "expired or not yet valid")
+
+	// Another namespace, another trust domain or another pool of roots
+	// (even holding the same root) is verified again, and refused where
+	// the full check refuses.
+	_, err = c.Verify(b, f.trust, "other-ns", testNow)
+	wantRejection(t, err, CheckMachineProof, "not this daemon's")
+	_, err = c.Verify(b, TrustBundle{Roots: f.trust.Roots, TrustDomain: "other.test"}, testNS, testNow)
+	wantRejection(t, err, CheckMachineProof, "trust domain")
+	other := newTestFleet(t, testTD)
+	_, err = c.Verify(b, other.trust, testNS, testNow)
+	wantRejection(t, err, CheckMachineProof, "does not verify against this daemon's CA")
+	_, err = c.Verify(b, TrustBundle{}, testNS, testNow)
+	wantRejection(t, err, CheckMachineProof, "no machine CA")
+	same := x509.NewCertPool()
+	same.AddCert(f.auth.Root)
+	before := c.Stats().Misses
+	if _, err := c.Verify(b, TrustBundle{Roots: same, TrustDomain: testTD}, testNS, testNow); err != nil {
+		t.Fatalf("Verify against a new pool of the same root: %v", err)
+	}
+	if c.Stats().Misses != before+1 {
+		t.Errorf("a new pool of roots was served from the cache")
+	}
+
+	// One changed byte is another proof: a forged endorsement is refused
+	// even though the rest of the proof is cached.
+	forged := append([]byte(nil), b...)
+	forged[len(forged)-1] ^= 1
+	_, err = c.Verify(forged, f.trust, testNS, testNow)
+	wantRejection(t, err, CheckMachineProof, "forged")
+
+	// Bytes that do not decode, and no proof at all.
+	_, err = c.Verify(b[:len(b)-1], f.trust, testNS, testNow)
+	wantRejection(t, err, CheckMachineProof, "does not decode")
+	if !errors.Is(err, ErrMalformed) {
+		t.Errorf("undecodable proof: %v does not wrap ErrMalformed", err)
+	}
+	_, err = c.Verify(nil, f.trust, testNS, testNow)
+	wantRejection(t, err, CheckMachineProof, "needs a machine proof")
+}
+
+func TestProofCacheForgetsARevokedNode(t *testing.T) {
+	f := newTestFleet(t, testTD)
+	a := mustMarshalProof(t, newTestMachine(t, f.auth.Issuer, testNode, testNS).proof(t, testInst, instPub()))
+	bm := newTestMachine(t, f.auth.Issuer, otherNode, testNS)
+	b := mustMarshalProof(t, bm.proof(t, testInst, instPub()))
+	c := NewProofCache(0)
+	for _, p := range [][]byte{a, b} {
+		if _, err := c.Verify(p, f.trust, testNS, testNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.ForgetNode(testNode)
+	if st := c.Stats(); st.Entries != 1 {
+		t.Fatalf("after ForgetNode: %d entries, want 1", st.Entries)
+	}
+	misses := c.Stats().Misses
+	if _, err := c.Verify(b, f.trust, testNS, testNow); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Verify(a, f.trust, testNS, testNow); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Stats().Misses - misses; got != 1 {
+		t.Errorf("after ForgetNode(%s): %d misses, want 1 (its proof verified again, the other node's served)", testNode, got)
+	}
+}
+
+func TestProofCacheIsBounded(t *testing.T) {
+	f := newTestFleet(t, testTD)
+	m := newTestMachine(t, f.auth.Issuer, testNode, testNS)
+	const max = 3
+	c := NewProofCache(max)
+	var proofs [][]byte
+	for i := range 2 * max {
+		p := m.proof(t, testInst+string(rune('a'+i)), instPub())
+		proofs = append(proofs, mustMarshalProof(t, p))
+	}
+	for i, p := range proofs {
+		if _, err := c.Verify(p, f.trust, testNS, testNow); err != nil {
+			t.Fatalf("proof %d: %v", i, err)
+		}
+		if n := c.Stats().Entries; n > max {
+			t.Fatalf("after %d proofs the cache holds %d entries, over its cap of %d", i+1, n, max)
+		}
+	}
+	// The newest are kept, the oldest evicted.
+	misses := c.Stats().Misses
+	if _, err := c.Verify(proofs[len(proofs)-1], f.trust, testNS, testNow); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Verify(proofs[0], f.trust, testNS, testNow); err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Stats().Misses - misses; got != 1 {
+		t.Errorf("%d misses, want 1: the newest proof served, the oldest evicted", got)
+	}
+}

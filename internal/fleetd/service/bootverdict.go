@@ -1,0 +1,231 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/nodetrust/nodetrust/internal/fleetd/actuator"
+	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/logkey"
+)
+
+// DefaultClass is the class of a node no declaration classes.
+const DefaultClass = "worker"
+
+// DefaultVerdictsKept is how many verdicts the store keeps per node.
+const DefaultVerdictsKept = 50
+
+// Reasons boot evidence is not evidence (nodetrust_boot_evidence_ignored_total):
+// nothing about the machine is proven, so no state changes.
+const (
+	ignoredNoPolicy     = "no_policy"
+	ignoredUnknownNonce = "unknown_nonce"
+	ignoredExpired      = "nonce_expired"
+	ignoredTimeout      = "timeout"
+	ignoredSessionEnded = "session_ended"
+	ignoredNodeError    = "node_error"
+	ignoredNoAK         = "no_ak"
+	ignoredWrongAK      = "wrong_ak"
+	ignoredUnproven     = "unproven"
+	ignoredIncomplete   = "incomplete"
+	ignoredUnknownClass = "unknown_class"
+	ignoredStore        = "not_stored"
+)
+
+// What fleetd did about a verdict.
+const (
+	actionNone        = "none"
+	actionQuarantined = "quarantined"
+	actionAlready     = "already quarantined"
+	actionAlerted     = "alerted"
+	actionFailed      = "quarantine failed"
+)
+
+// bootMetrics count boot evidence and what came of it.
+type bootMetrics struct {
+	verdicts   *prometheus.CounterVec
+	ignored    *prometheus.CounterVec
+	alerts     *prometheus.CounterVec
+	actuations *prometheus.CounterVec
+}
+
+func newBootMetrics(reg *prometheus.Registry) *bootMetrics {
+	m := &bootMetrics{
+		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_boot_verdicts_total",
+			Help: "Boot-policy verdicts of TPM-proven evidence, by stage (intake, renewal, boot-check) and result (pass, fail).",
+		}, []string{"stage", "result"}),
+		ignored: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_boot_evidence_ignored_total",
+			Help: "Boot evidence that proved nothing and changed nothing, by reason (timeout, session_ended, unproven, unknown_nonce, …).",
+		}, []string{"reason"}),
+		alerts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_boot_alerts_total",
+			Help: "Failed boot verdicts of control-plane classes: alerts, no quarantine, by class.",
+		}, []string{"class"}),
+		actuations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_actuator_requests_total",
+			Help: "Cordons requested of the actuator after a quarantine, by actuator and outcome (ok, failed).",
+		}, []string{"actuator", "outcome"}),
+	}
+	reg.MustRegister(m.verdicts, m.ignored, m.alerts, m.actuations)
+	return m
+}
+
+func (m *bootMetrics) ignore(reason string) { m.ignored.WithLabelValues(reason).Inc() }
+
+// notEvidence is boot evidence that proves nothing: counted by reason, it
+// changes no state.
+type notEvidence struct {
+	reason string
+	err    error
+}
+
+func (e *notEvidence) Error() string { return "not evidence (" + e.reason + "): " + e.err.Error() }
+func (e *notEvidence) Unwrap() error { return e.err }
+
+// classOf is the boot-policy class of a node.
+func classOf(class string) string {
+	if class == "" {
+		return DefaultClass
+	}
+	return class
+}
+
+// isControlPlane reports whether a failed verdict of class only alerts.
+func (s *Server) isControlPlane(class string) bool {
+	for _, c := range s.cfg.ControlPlaneClasses {
+		if c == class {
+			return true
+		}
+	}
+	return false
+}
+
+// judgeBoot evaluates TPM-proven evidence of nodeID (empty for a machine
+// without a node id yet) against class's policy at stage, and stores the
+// verdict — in the store when there is a node id, and in verdicts.jsonl —
+// before it returns it: a caller acts only on a stored verdict. Evidence
+// the TPM does not prove, or that cannot be judged, is a *notEvidence,
+// counted here.
+func (s *Server) judgeBoot(ctx context.Context, nodeID, class string, stage bootpolicy.Stage, ev bootpolicy.Evidence) (*bootpolicy.Verdict, error) {
+	v, err := s.cfg.BootPolicy.Evaluate(class, stage, ev)
+	if err != nil {
+		reason := ignoredIncomplete
+		switch {
+		case errors.Is(err, bootpolicy.ErrUnproven):
+			reason = ignoredUnproven
+		case errors.Is(err, bootpolicy.ErrUnknownClass):
+			reason = ignoredUnknownClass
+		}
+		s.boot.ignore(reason)
+		return nil, &notEvidence{reason: reason, err: err}
+	}
+	v.NodeID = nodeID
+	if err := s.storeVerdict(ctx, v, ev); err != nil {
+		s.boot.ignore(ignoredStore)
+		return nil, err
+	}
+	s.boot.verdicts.WithLabelValues(string(stage), v.Result).Inc()
+	if v.Pass() {
+		s.log.InfoContext(ctx, "boot verdict", logkey.NodeID, nodeID, "class", class, "stage", string(stage), "result", v.Result)
+	} else {
+		s.log.WarnContext(ctx, "boot verdict", logkey.NodeID, nodeID, "class", class, "stage", string(stage), "result", v.Result,
+			"failed", strings.Join(v.Failed, ","), logkey.Reason, failedSummary(v))
+	}
+	return v, nil
+}
+
+// storeVerdict writes v to the store (with a node id) and to the verdict
+// log (when one is open).
+func (s *Server) storeVerdict(ctx context.Context, v *bootpolicy.Verdict, ev bootpolicy.Evidence) error {
+	if v.NodeID != "" {
+		sv := store.Verdict{NodeID: v.NodeID, Time: v.Time, Stage: string(v.Stage), Class: v.Class, Passed: v.Pass(), Policy: v.Policy, Failed: failedRules(v)}
+		if ev.Quote != nil {
+			sv.NonceSHA256, sv.QuoteSHA256 = sha256Hex(ev.Quote.Nonce), sha256Hex(ev.Quote.Attest)
+		}
+		if err := s.cfg.Store.AppendVerdict(ctx, sv, s.cfg.VerdictsKept); err != nil {
+			return fmt.Errorf("store the boot verdict of node %s: %w", v.NodeID, err)
+		}
+	}
+	if s.cfg.VerdictLog != nil {
+		if err := s.cfg.VerdictLog.Append(v); err != nil {
+			return fmt.Errorf("append the boot verdict to %s: %w", bootpolicy.VerdictLogName, err)
+		}
+	}
+	return nil
+}
+
+func failedRules(v *bootpolicy.Verdict) []store.FailedRule {
+	var out []store.FailedRule
+	for _, r := range v.Rules {
+		if !r.Pass {
+			out = append(out, store.FailedRule{Rule: r.Rule, Reason: r.Detail})
+		}
+	}
+	return out
+}
+
+// failedSummary is every failed rule with its reason, on one line.
+func failedSummary(v *bootpolicy.Verdict) string {
+	var parts []string
+	for _, r := range failedRules(v) {
+		parts = append(parts, r.Rule+": "+r.Reason)
+	}
+	return strings.Join(parts, "; ")
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// actOnFailure acts on a stored, failed verdict of a running node (seed
+// 003, "Runtime identity and withdrawal"): a control-plane class raises an
+// alert (log line and metric) and changes nothing; any other class is
+// quarantined — renewal refused until fleetd nodes release — and a cordon
+// is requested of the actuator.
+func (s *Server) actOnFailure(ctx context.Context, n store.Node, v *bootpolicy.Verdict) string {
+	ctx = context.WithoutCancel(ctx)
+	class := classOf(n.Class)
+	summary := failedSummary(v)
+	if s.isControlPlane(class) {
+		s.boot.alerts.WithLabelValues(class).Inc()
+		s.log.ErrorContext(ctx, "ALERT: a control-plane machine failed its boot policy; no automatic quarantine: review it and quarantine or retire it by hand",
+			logkey.NodeID, n.ID, "class", class, "stage", string(v.Stage), logkey.Reason, summary)
+		return actionAlerted
+	}
+	reqID := newRequestID()
+	reason := capClaim("boot check failed (" + string(v.Stage) + "): " + summary)
+	res, err := s.lifecycle.Quarantine(ctx, n.ID, "bootpolicy", reason, reqID)
+	var se *lifecycle.StateError
+	switch {
+	case errors.As(err, &se) && se.State == store.StateQuarantined:
+		return actionAlready
+	case err != nil:
+		s.log.ErrorContext(ctx, "quarantine after a failed boot verdict failed: quarantine the node by hand (fleetd nodes quarantine)",
+			logkey.NodeID, n.ID, logkey.Error, err)
+		return actionFailed
+	}
+	s.metrics.transition(lifecycle.Quarantine.Name)
+	s.log.WarnContext(ctx, "node quarantined by its boot policy", logkey.NodeID, n.ID, "class", class, logkey.Reason, summary, logkey.RequestID, reqID)
+	if s.cfg.Actuator != nil {
+		a := s.cfg.Actuator
+		err := a.Cordon(ctx, actuator.Cordon{NodeID: n.ID, SPIFFEID: res.Node.SPIFFEID, Class: class, Reason: reason, Time: s.cfg.Now().UTC(), RequestID: reqID})
+		if err != nil {
+			s.boot.actuations.WithLabelValues(a.Name(), "failed").Inc()
+			s.log.ErrorContext(ctx, "cordon request failed: the node is quarantined, but cordon it by hand", logkey.NodeID, n.ID, "actuator", a.Name(), logkey.Error, err)
+		} else {
+			s.boot.actuations.WithLabelValues(a.Name(), "ok").Inc()
+		}
+	}
+	return actionQuarantined
+}
