@@ -46,3 +46,8 @@ go mod download
 # NetBox's OpenAPI schema, which the fake NetBox's tests check it against
 # (read from the module cache; no Go code imports the module).
 go mod download github.com/netbox-community/go-netbox/v4@v4.3.0
+
+# spire-server and spire-agent for the SPIRE export's integration tests,
+# built once from the Go module proxy into .deps/spire/<version>/bin
+# (about 9 minutes cold; later runs reuse them).
+./scripts/spire-deps.sh >/dev/null

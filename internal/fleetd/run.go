@@ -21,11 +21,13 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/debugserver"
 	"github.com/nodetrust/nodetrust/internal/fleetd/ekroots"
+	"github.com/nodetrust/nodetrust/internal/fleetd/export"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
+	"github.com/nodetrust/nodetrust/internal/fleetd/spireexport"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 )
@@ -106,6 +108,20 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	// The SPIRE export's applier, when [export.spire] names a socket: on
+	// an interval, and after each retirement.
+	var spire *spireexport.Runner
+	var hooks []lifecycle.RetireHook
+	if sock := cfg.Export.SPIRE.Socket; sock != "" {
+		client, err := spireexport.Dial(cfg.Resolve(sock), cfg.Export.SPIRE.PageSize)
+		if err != nil {
+			return fmt.Errorf("export.spire.socket: %w", err)
+		}
+		defer client.Close()
+		spire = &spireexport.Runner{Applier: &spireexport.Applier{SPIRE: client, Threshold: cfg.Export.SPIRE.Threshold},
+			Interval: cfg.Export.SPIRE.Interval.Duration, Log: log.With("component", "spire-export")}
+		hooks = append(hooks, spire)
+	}
 	srv, err := service.New(service.Config{
 		BootPolicy:          boot.policies,
 		VerdictLog:          boot.log,
@@ -137,9 +153,20 @@ func Run(ctx context.Context, o Options) error {
 		InventoryRequired: cfg.Inventory.Required,
 		AutoProvision:     cfg.Inventory.AutoProvision,
 		MaxClaims:         cfg.Inventory.MaxClaims,
+
+		RetireHooks:          hooks,
+		ExportEligibleStates: cfg.Export.EligibleStates,
 	})
 	if err != nil {
 		return err
+	}
+	if spire != nil {
+		spire.Applier.TrustDomain = auth.TrustDomain
+		spire.Applier.Safeguards = serverSafeguards{srv}
+		spire.Document = func(ctx context.Context) ([]byte, error) {
+			b, _, err := srv.ExportDocument(ctx)
+			return b, err
+		}
 	}
 
 	ln := o.Listener
@@ -162,8 +189,10 @@ func Run(ctx context.Context, o Options) error {
 			ln.Close()
 			return err
 		}
+		// Client certificates are asked for, not required: the
+		// well-known document and the metrics are public; the export
+		// endpoints take an admin credential.
 		tc := srv.TLSConfig()
-		tc.ClientAuth = tls.NoClientCert
 		tc.NextProtos = []string{"h2", "http/1.1"}
 		httpLn = tls.NewListener(lim, tc)
 		httpSrv = &http.Server{
@@ -207,6 +236,10 @@ func Run(ctx context.Context, o Options) error {
 			}
 			errc <- err
 		}()
+	}
+	if spire != nil {
+		running++
+		go func() { spire.Loop(serveCtx); errc <- nil }()
 	}
 	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain, "store", cfg.Store.Driver)
 	if o.Ready != nil {
@@ -362,6 +395,18 @@ func connectionLimits(cfg *config.Fleetd, nofile uint64, log *slog.Logger) (serv
 	l.MaxConns = room - httpShare
 	log.Info("max_connections lowered to fit the open-file limit", "max_connections", l.MaxConns, "http_max_connections", l.HTTPMaxConns, "nofile", nofile)
 	return l, nil
+}
+
+// serverSafeguards are the export safeguards of fleetd serve's own
+// applier: the store's allowances, and runs recorded as fleetd's.
+type serverSafeguards struct{ s *service.Server }
+
+func (g serverSafeguards) Allowed(ctx context.Context, digest string) (bool, error) {
+	return g.s.ExportAllowed(ctx, digest)
+}
+
+func (g serverSafeguards) Record(ctx context.Context, r export.Run) error {
+	return g.s.RecordExportRun(ctx, "fleetd", r)
 }
 
 // bootWiring is what [boot_policy] and [actuator] make.

@@ -21,7 +21,7 @@ func transitionCommands() []*cobra.Command {
 		{"release", "Lift a quarantine: the node is active and renews again (owner only)",
 			"release lifts a quarantine, an operator's or the boot policy's (docs/boot-policy.md): the node\nis active and renews again. The reason is recorded in its history and the audit trail."},
 		{"retire", "Retire a node for good (owner only)",
-			"retire revokes the node's certificates and ends its live session; it never renews or\nre-joins again. The machine comes back only declared again under a new name."},
+			"retire revokes the node's certificates and ends its live session; it never renews or\nre-joins again. Its unused join tokens and pending joins are deleted, and it leaves the\nSPIRE export as retired: its fleet-owned entries go and its agents are banned (at once when\n[export.spire] names a socket, within the safeguards; see docs/spire.md). The machine comes\nback only declared again under a new name."},
 	} {
 		var (
 			f      adminFlags

@@ -34,7 +34,7 @@ Start here:
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand(), policyCommand(), pkiCommand(), ekRootsCommand(), consoleCommand())
+	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand(), policyCommand(), pkiCommand(), ekRootsCommand(), consoleCommand(), exportCommand())
 	return root
 }
 

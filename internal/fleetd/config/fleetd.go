@@ -65,6 +65,8 @@ type Fleetd struct {
 	// (runtime/metrics) and Go's profiler over plain HTTP on this address,
 	// which must be a loopback one. Off by default.
 	DebugListen string `toml:"debug_listen"`
+	// Export configures the SPIRE registration export (docs/spire.md).
+	Export Export `toml:"export"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -365,6 +367,7 @@ func (c *Fleetd) applyDefaults() {
 	if c.Inventory.NetBox.Timeout.Duration == 0 {
 		c.Inventory.NetBox.Timeout.Duration = 10 * time.Second
 	}
+	c.Export.applyDefaults()
 	if c.Store.Driver == "sqlite" && c.Store.Path == "" && c.DataDir != "" {
 		c.Store.Path = filepath.Join(c.DataDir, "fleetd.db")
 	}
@@ -377,6 +380,9 @@ func (c *Fleetd) Validate() error {
 	}
 	if c.DataDir == "" {
 		return errors.New("data_dir is required: a folder for the store")
+	}
+	if err := c.Export.validate(); err != nil {
+		return err
 	}
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen: want host:port: %w", err)

@@ -47,6 +47,10 @@ type Result struct {
 	HookErrors []error
 	// SessionNotified says a live session was ended by the revocation.
 	SessionNotified bool
+	// TokensDeleted and PendingDeleted count the join credentials a
+	// retirement removed (unused tokens made for the node, its pending
+	// joins).
+	TokensDeleted, PendingDeleted int
 }
 
 // StateError is an action refused because of the node's state.
@@ -149,6 +153,19 @@ func (m *Manager) Do(ctx context.Context, t Transition, nodeID, actor, reason, r
 		res.SessionNotified = m.Revoked(nodeID, reason, n.Generation)
 	}
 	if t.To == store.StateRetired {
+		// Nothing could start a join of a retired node (admission refuses
+		// it), but its unused tokens and pending joins go too, so no
+		// credential for it is left to leak or approve.
+		tokens, pending, err := m.Store.DeleteJoinCredentials(ctx, nodeID, nil)
+		if err != nil {
+			res.HookErrors = append(res.HookErrors, fmt.Errorf("delete the join credentials of %s: %w", nodeID, err))
+		} else {
+			res.TokensDeleted, res.PendingDeleted = tokens, pending
+			if tokens+pending > 0 {
+				_ = m.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: actor, Action: "node.join-credentials.delete", Subject: nodeID,
+					Detail: fmt.Sprintf("retired: %d unused join tokens and %d pending joins removed", tokens, pending)})
+			}
+		}
 		for _, h := range m.Hooks {
 			if err := h.Retired(ctx, n, reason); err != nil {
 				res.HookErrors = append(res.HookErrors, fmt.Errorf("retirement hook %s: %w", h.Name(), err))

@@ -44,6 +44,9 @@ const (
 	CreateToken    Action = "create join tokens"
 	ReadAdmins     Action = "list admin credentials"
 	ManageAdmins   Action = "create and revoke admin credentials"
+	ReadExport     Action = "read the SPIRE registration export and its held changes"
+	ApplyExport    Action = "record SPIRE export runs (fleetd export spire)"
+	AllowExport    Action = "allow a held SPIRE export change"
 )
 
 // table says which roles may do each action; the owner may do everything.
@@ -57,6 +60,9 @@ var table = map[Action][]Role{
 	CreateToken:    {Owner, Operator},
 	ReadAdmins:     {Owner, Auditor},
 	ManageAdmins:   {Owner},
+	ReadExport:     {Owner, Operator, Auditor},
+	ApplyExport:    {Owner, Operator},
+	AllowExport:    {Owner},
 }
 
 // Actions lists every action, for tables and tests.

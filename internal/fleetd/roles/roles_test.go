@@ -9,8 +9,8 @@ func TestEachRoleMayDoWhatTheTableSaysAndNothingElse(t *testing.T) {
 	want := map[Role][]Action{
 		Owner:    Actions(),
 		Declarer: {ReadInventory, WriteInventory},
-		Operator: {ReadFleet, ReadInventory, Lifecycle, CreateToken},
-		Auditor:  {ReadFleet, ReadInventory, ReadAdmins},
+		Operator: {ReadFleet, ReadInventory, Lifecycle, CreateToken, ReadExport, ApplyExport},
+		Auditor:  {ReadFleet, ReadInventory, ReadAdmins, ReadExport},
 	}
 	for _, r := range All {
 		for _, a := range Actions() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
 	"errors"
@@ -145,8 +146,15 @@ func (s *Server) adminFromPeer(ctx context.Context) (adminIdentity, error) {
 	if !ok {
 		return adminIdentity{}, none
 	}
+	return s.adminFromChains(ctx, ti.State.VerifiedChains, none)
+}
+
+// adminFromChains is adminFromPeer's check of a connection's verified
+// chains (the HTTPS listener's export endpoints use it too); none is the
+// refusal when no chain names an admin credential.
+func (s *Server) adminFromChains(ctx context.Context, chains [][]*x509.Certificate, none error) (adminIdentity, error) {
 	a := s.cfg.Authority
-	for _, chain := range ti.State.VerifiedChains {
+	for _, chain := range chains {
 		if len(chain) < 2 {
 			continue
 		}

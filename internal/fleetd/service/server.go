@@ -78,6 +78,9 @@ type Config struct {
 	MaxClaims int
 	// RetireHooks run after each retirement.
 	RetireHooks []lifecycle.RetireHook
+	// ExportEligibleStates are the node states the SPIRE export lists as
+	// eligible (default export.DefaultEligibleStates: active).
+	ExportEligibleStates []string
 	// AdvertiseAddresses are the replicas' gRPC addresses the well-known
 	// document names, for nodes to move between.
 	AdvertiseAddresses []string
@@ -134,6 +137,8 @@ type Server struct {
 	auditThrottle *throttle.Limiter
 	// methods are the full names of the methods served.
 	methods map[string]struct{}
+	// exportMetrics count the SPIRE export's runs.
+	exportMetrics *exportMetrics
 }
 
 // New checks cfg and builds a Server.
@@ -224,6 +229,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.boot = newBootMetrics(s.metrics.reg)
+	s.exportMetrics = newExportMetrics(s.metrics.reg)
 	s.admission = &lifecycle.Admission{Store: cfg.Store, Source: cfg.Inventory, Required: cfg.InventoryRequired, AutoProvision: cfg.AutoProvision}
 	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, Now: cfg.Now,
 		Revoked: func(nodeID, reason string, gen uint64) bool {

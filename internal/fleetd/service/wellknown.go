@@ -47,6 +47,7 @@ func (s *Server) HTTPHandler() http.Handler {
 		_, _ = w.Write(s.wellKnown)
 	})
 	mux.Handle("GET /metrics", s.metrics.handler())
+	s.exportRoutes(mux)
 	return mux
 }
 

@@ -334,6 +334,10 @@ type Store interface {
 	// first. A limit below 1 is an error.
 	ListClaims(ctx context.Context, limit int) ([]Claim, error)
 
+	// ExportSafeguards keeps the SPIRE export's held changes and
+	// allowances, and removes a retired node's join credentials.
+	ExportSafeguards
+
 	// AppendAudit adds an audit event.
 	AppendAudit(ctx context.Context, e AuditEvent) error
 	// ListAudit returns the most recent audit events, newest first.

@@ -248,6 +248,22 @@ CREATE TABLE verdicts (
 );
 CREATE INDEX verdicts_node ON verdicts (node_id, seq);
 `,
+	// 10: the SPIRE export's safeguards, as SQLite's migration 8: the
+	// changes held back until the owner allows their digest.
+	`
+CREATE TABLE export_holds (
+	digest      text PRIMARY KEY,
+	nodes       bigint NOT NULL,
+	withdrawals bigint NOT NULL,
+	bans        bigint NOT NULL,
+	detail      text NOT NULL,
+	first_held  timestamptz,
+	last_held   timestamptz,
+	allowed_at  timestamptz,
+	allowed_by  text NOT NULL
+);
+CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

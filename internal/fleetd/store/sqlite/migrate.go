@@ -242,6 +242,22 @@ CREATE TABLE verdicts (
 ) STRICT;
 CREATE INDEX verdicts_node ON verdicts (node_id, seq);
 `,
+	// 8: the SPIRE export's safeguards (docs/spire.md): the changes held
+	// back until the owner allows their digest.
+	`
+CREATE TABLE export_holds (
+	digest      TEXT PRIMARY KEY,
+	nodes       INTEGER NOT NULL,
+	withdrawals INTEGER NOT NULL,
+	bans        INTEGER NOT NULL,
+	detail      TEXT NOT NULL,
+	first_held  INTEGER,
+	last_held   INTEGER,
+	allowed_at  INTEGER,
+	allowed_by  TEXT NOT NULL
+) STRICT;
+CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
+`,
 }
 
 const createMigrationsTable = `
