@@ -192,6 +192,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BootCheckTimeout <= 0 {
 		cfg.BootCheckTimeout = time.Minute
 	}
+	if ps := cfg.BootPolicy; ps != nil {
+		for _, c := range ps.Classes() {
+			if p, err := ps.Policy(c); err == nil && p.QuarantineAfter > cfg.VerdictsKept {
+				return nil, fmt.Errorf("the %s boot policy quarantines after %d failed verdicts in a row, but the store keeps %d per node: raise [boot_policy] verdicts_kept or lower [response] quarantine_after in %s",
+					c, p.QuarantineAfter, cfg.VerdictsKept, p.File)
+			}
+		}
+	}
 	cfg.Limits.applyDefaults()
 	logThrottle, err := throttle.New(throttle.Config{Window: cfg.Limits.RefusalLogWindow, Burst: cfg.Limits.RefusalLogBurst, Now: cfg.Now})
 	if err != nil {
@@ -224,6 +232,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s)
 	s.boot = newBootMetrics(s.metrics.reg)
+	s.announceModes()
 	s.admission = &lifecycle.Admission{Store: cfg.Store, Source: cfg.Inventory, Required: cfg.InventoryRequired, AutoProvision: cfg.AutoProvision}
 	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, Now: cfg.Now,
 		Revoked: func(nodeID, reason string, gen uint64) bool {
