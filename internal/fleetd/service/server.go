@@ -107,6 +107,11 @@ type Config struct {
 	// BootCheckTimeout is how long a node has to answer a nonce with its
 	// evidence (default 1 minute); no answer is not evidence.
 	BootCheckTimeout time.Duration
+	// StaleAfter is how old a node's last boot verdict may be before the
+	// node is stale, and how long the control plane may store none while
+	// TPM nodes live before it alerts on itself (default
+	// DefaultStaleAfter). Only with BootPolicy.
+	StaleAfter time.Duration
 	// KeyExchanges are the TLS key exchanges offered, in order; nil means
 	// Go's default (the hybrid X25519MLKEM768 first).
 	KeyExchanges []tls.CurveID
@@ -134,6 +139,10 @@ type Server struct {
 	auditThrottle *throttle.Limiter
 	// methods are the full names of the methods served.
 	methods map[string]struct{}
+	// started is when New ran (cfg.Now); stale is the last staleness
+	// sweep's findings.
+	started time.Time
+	stale   staleState
 }
 
 // New checks cfg and builds a Server.
@@ -192,6 +201,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BootCheckTimeout <= 0 {
 		cfg.BootCheckTimeout = time.Minute
 	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = DefaultStaleAfter
+	}
 	if ps := cfg.BootPolicy; ps != nil {
 		for _, c := range ps.Classes() {
 			if p, err := ps.Policy(c); err == nil && p.QuarantineAfter > cfg.VerdictsKept {
@@ -221,7 +233,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(),
 		logThrottle: logThrottle, auditThrottle: auditThrottle, methods: map[string]struct{}{},
-		replica: randomHex(8), probes: map[string]chan string{}}
+		replica: randomHex(8), probes: map[string]chan string{}, started: cfg.Now()}
 	for _, sd := range []grpc.ServiceDesc{joinv1.JoinService_ServiceDesc, adminv1.Admin_ServiceDesc, gatewayv1.Gateway_ServiceDesc} {
 		for _, m := range sd.Methods {
 			s.methods["/"+sd.ServiceName+"/"+m.MethodName] = struct{}{}
@@ -311,6 +323,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	watched := make(chan struct{})
 	go func() { defer close(watched); s.watchRevocations(watchCtx) }()
 	defer func() { stopWatch(); <-watched }()
+	if s.cfg.BootPolicy != nil {
+		sweepCtx, stopSweep := context.WithCancel(ctx)
+		swept := make(chan struct{})
+		go func() { defer close(swept); s.sweepStaleEvery(sweepCtx) }()
+		defer func() { stopSweep(); <-swept }()
+	}
 	done := make(chan struct{})
 	go func() {
 		select {
