@@ -128,6 +128,7 @@ func Run(ctx context.Context, o Options) error {
 		VerdictsKept:        cfg.BootPolicy.VerdictsKept,
 		ControlPlaneClasses: cfg.BootPolicy.ControlPlaneClasses,
 		BootCheckTimeout:    cfg.BootPolicy.BootCheckTimeout.Duration,
+		StaleAfter:          cfg.BootPolicy.StaleAfter.Duration,
 		Actuator:            boot.actuator,
 
 		Limits:                     limits,

@@ -24,7 +24,23 @@ func formatPolicy(header []string, f *policyFile, given map[string]bool, stateNo
 	if f.Description != "" {
 		fmt.Fprintf(&b, "description = %s\n", strconv.Quote(f.Description))
 	}
+	if f.Mode != "" {
+		fmt.Fprintf(&b, "mode = %s\n", strconv.Quote(f.Mode))
+	}
 	writeState(&b, "", &f.stateFile, nil, stateNotes)
+	if r := f.Response; r != nil {
+		b.WriteString("\n[response]\n")
+		if r.QuarantineAfter != nil {
+			fmt.Fprintf(&b, "quarantine_after = %d\n", *r.QuarantineAfter)
+		}
+		if r.Critical != nil {
+			q := make([]string, len(r.Critical))
+			for i, c := range r.Critical {
+				q[i] = strconv.Quote(c)
+			}
+			fmt.Fprintf(&b, "critical = [%s]\n", strings.Join(q, ", "))
+		}
+	}
 	if n := f.Next; n != nil {
 		b.WriteString("\n[next]\n")
 		if n.Description != "" {

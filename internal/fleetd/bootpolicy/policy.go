@@ -67,6 +67,16 @@ type Policy struct {
 	// pcr_values); none pins no PCR.
 	PCRValues []PCRValue
 
+	// Mode is ModeEnforce (the default) or ModeAudit: in audit, verdicts
+	// are recorded and a failure alerts, nothing is enforced.
+	Mode string
+	// QuarantineAfter is how many failed verdicts in a row quarantine a
+	// node in enforce mode ([response] quarantine_after, default 1).
+	QuarantineAfter int
+	// Critical are rule names ([response] critical) whose failure
+	// quarantines at once, whatever QuarantineAfter says.
+	Critical []string
+
 	// Next is the expected state of a pending update ([next] of the file),
 	// nil when there is none: within [NextWindow] a boot passes when it
 	// matches the current state or Next, and the verdict says which.
@@ -199,9 +209,40 @@ func (ps *Policies) Policy(class string) (*Policy, error) {
 type policyFile struct {
 	Class       string `toml:"class"`
 	Description string `toml:"description"`
+	Mode        string `toml:"mode"`
 	stateFile
-	Next *nextFile `toml:"next"`
+	Response *responseFile `toml:"response"`
+	Next     *nextFile     `toml:"next"`
 }
+
+// responseFile is [response]: how an enforced policy answers failures.
+type responseFile struct {
+	QuarantineAfter *int     `toml:"quarantine_after"`
+	Critical        []string `toml:"critical"`
+}
+
+// Modes of a policy.
+const (
+	// ModeEnforce acts on a failed verdict (the default).
+	ModeEnforce = "enforce"
+	// ModeAudit records verdicts and alerts on failures, and enforces
+	// nothing.
+	ModeAudit = "audit"
+)
+
+// MaxQuarantineAfter bounds [response] quarantine_after: the count is
+// read from the stored verdict history, which keeps fewer.
+const MaxQuarantineAfter = 20
+
+// Rules are the names of every rule a verdict may have, in the order a
+// verdict lists them.
+var Rules = []string{RuleEventLog, RuleSecureBoot, RuleAllowedAuthorities, RuleIntakeRequiredAuthorities, RuleRenewRequiredAuthorities, RuleBootApplications, RulePCRValues}
+
+// Enforced reports whether a failed verdict of p is acted on.
+func (p *Policy) Enforced() bool { return p.Mode != ModeAudit }
+
+// IsCritical reports whether rule is one of p's critical rules.
+func (p *Policy) IsCritical(rule string) bool { return slices.Contains(p.Critical, rule) }
 
 // stateFile are the rules of a state: the current one at the top of the
 // file, the next one under [next].
@@ -288,6 +329,34 @@ func parsePolicy(dir, path string, raw []byte) (*Policy, error) {
 	if !classPattern.MatchString(f.Class) {
 		bad("class: %q is not a class name (lower-case letters, digits, '.', '_' and '-', at most 63)", capString(f.Class, 64))
 	}
+	switch f.Mode {
+	case "", ModeEnforce:
+		p.Mode = ModeEnforce
+	case ModeAudit:
+		p.Mode = ModeAudit
+	default:
+		bad("mode: %q is neither %q nor %q", capString(f.Mode, 64), ModeEnforce, ModeAudit)
+	}
+	p.QuarantineAfter = 1
+	if r := f.Response; r != nil {
+		if q := r.QuarantineAfter; q != nil {
+			if *q < 1 || *q > MaxQuarantineAfter {
+				bad("response.quarantine_after: %d is not between 1 and %d (failed verdicts in a row that quarantine)", *q, MaxQuarantineAfter)
+			} else {
+				p.QuarantineAfter = *q
+			}
+		}
+		for _, c := range r.Critical {
+			switch {
+			case !slices.Contains(Rules, c):
+				bad("response.critical: %q is not a rule (%s)", capString(c, 64), strings.Join(Rules, ", "))
+			case slices.Contains(p.Critical, c):
+				bad("response.critical: %q is listed twice", c)
+			default:
+				p.Critical = append(p.Critical, c)
+			}
+		}
+	}
 	policyHash := sha256.New()
 	policyHash.Write(raw)
 	if f.SecureBoot == nil {
@@ -319,7 +388,7 @@ func parsePolicy(dir, path string, raw []byte) (*Policy, error) {
 		if given == 0 {
 			bad("next: gives no rule (%s): a next state equal to the current one is a mistake", strings.Join(stateKeys, ", "))
 		}
-		next := &Policy{Class: f.Class, Description: n.Description, File: path}
+		next := &Policy{Class: f.Class, Description: n.Description, File: path, Mode: p.Mode, QuarantineAfter: p.QuarantineAfter, Critical: p.Critical}
 		next.readState(dir, "next.", &merged, policyHash, bad)
 		p.Next, p.NextWindow = next, w
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/pki/pkitest"
@@ -75,6 +76,11 @@ secure_boot = false
 		{"a required authority that is not allowed", map[string]string{"w.toml": ok + "renew_required_authorities = [\"Talos\"]\n"}, []string{`renew_required_authorities: "Talos" is not the name`}},
 		{"a pin without a digest", map[string]string{"w.toml": ok + "[[boot_applications]]\nname = \"shim\"\n"}, []string{"boot_applications[0] (shim): sha256"}},
 		{"the same pin twice", map[string]string{"w.toml": ok + "[[boot_applications]]\nname = \"a\"\nsha256 = \"" + strings.Repeat("ab", 32) + "\"\n[[boot_applications]]\nname = \"b\"\nsha256 = \"" + strings.Repeat("AB", 32) + "\"\n"}, []string{"boot_applications[1] (b): the same digest as a"}},
+		{"a mode that is not one", map[string]string{"w.toml": ok + "mode = \"warn\"\n"}, []string{`mode: "warn" is neither "enforce" nor "audit"`}},
+		{"quarantine_after zero", map[string]string{"w.toml": ok + "[response]\nquarantine_after = 0\n"}, []string{"response.quarantine_after: 0 is not between 1 and 20"}},
+		{"a critical rule that is not a rule", map[string]string{"w.toml": ok + "[response]\ncritical = [\"secureboot\"]\n"}, []string{`response.critical: "secureboot" is not a rule`}},
+		{"an unknown response setting", map[string]string{"w.toml": ok + "[response]\nquarantine_afer = 2\n"}, []string{"unknown setting response.quarantine_afer"}},
+		{"a mode in next", map[string]string{"w.toml": ok + "[next]\nnot_before = 2026-01-01T00:00:00Z\nnot_after = 2026-02-01T00:00:00Z\nsecure_boot = true\nmode = \"audit\"\n"}, []string{"unknown setting next.mode"}},
 		{"every mistake of a file at once", map[string]string{"w.toml": "class = \"Worker\"\nintake_required_authorities = [\"HookOS\"]\n"}, []string{"is not a class name", "secure_boot: must be set", `"HookOS" is not the name`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,6 +108,56 @@ secure_boot = false
 	t.Run("no directory", func(t *testing.T) {
 		if _, err := bootpolicy.Load(bootpolicy.Config{}); !errors.Is(err, bootpolicy.ErrPolicy) {
 			t.Fatalf("error %v", err)
+		}
+	})
+}
+
+func TestLoadModeAndResponse(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "w.toml"), []byte("class = \"worker\"\nsecure_boot = false\n"))
+	writeFile(t, filepath.Join(dir, "a.toml"), []byte(`class = "lab"
+mode = "audit"
+secure_boot = false
+
+[response]
+quarantine_after = 3
+critical = ["secure_boot", "allowed_authorities"]
+
+[next]
+not_before = 2026-01-01T00:00:00Z
+not_after = 2026-02-01T00:00:00Z
+secure_boot = true
+
+[[next.allowed_authorities]]
+name = "x"
+sha256 = "`+strings.Repeat("ab", 32)+`"
+`))
+	ps, err := bootpolicy.Load(bootpolicy.Config{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := ps.Policy("worker")
+	if w.Mode != bootpolicy.ModeEnforce || !w.Enforced() || w.QuarantineAfter != 1 || len(w.Critical) != 0 {
+		t.Errorf("defaults: mode %s, quarantine_after %d, critical %v; want enforce, 1, none", w.Mode, w.QuarantineAfter, w.Critical)
+	}
+	a, _ := ps.Policy("lab")
+	if a.Mode != bootpolicy.ModeAudit || a.Enforced() || a.QuarantineAfter != 3 || !a.IsCritical("secure_boot") || !a.IsCritical("allowed_authorities") || a.IsCritical("event_log") {
+		t.Errorf("lab: mode %s, quarantine_after %d, critical %v", a.Mode, a.QuarantineAfter, a.Critical)
+	}
+	if a.Next == nil || a.Next.Mode != bootpolicy.ModeAudit || a.Next.QuarantineAfter != 3 {
+		t.Errorf("the next state does not share the mode and response: %+v", a.Next)
+	}
+	t.Run("promote keeps mode and response", func(t *testing.T) {
+		if _, err := bootpolicy.Promote(filepath.Join(dir, "a.toml"), time.Date(2026, 1, 15, 0, 0, 0, 0, time.UTC)); err != nil {
+			t.Fatal(err)
+		}
+		ps, err := bootpolicy.Load(bootpolicy.Config{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := ps.Policy("lab")
+		if a.Mode != bootpolicy.ModeAudit || a.QuarantineAfter != 3 || strings.Join(a.Critical, ",") != "secure_boot,allowed_authorities" || !a.SecureBoot || a.Next != nil {
+			t.Errorf("promoted: %+v", a)
 		}
 	})
 }

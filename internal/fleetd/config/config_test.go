@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func writeFile(t *testing.T, text string) string {
@@ -40,7 +41,7 @@ func TestLoadFleetd(t *testing.T) {
 	if inv := c.Inventory; inv.Required || inv.AutoProvision || inv.Source != "fleetd" || len(inv.Classes) != 3 || inv.MaxClaims != 10000 {
 		t.Errorf("default [inventory] %+v", inv)
 	}
-	if b := c.BootPolicy; b.Dir != "" || b.VerdictLogMaxBytes != 10<<20 || b.VerdictLogKeep != 5 {
+	if b := c.BootPolicy; b.Dir != "" || b.VerdictLogMaxBytes != 10<<20 || b.VerdictLogKeep != 5 || b.StaleAfter.Duration != 150*time.Minute {
 		t.Errorf("default boot_policy %+v", b)
 	}
 }
@@ -62,6 +63,7 @@ func TestLoadFleetdRefusals(t *testing.T) {
 		{"a per-source limit above the total", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nmax_connections = 10\nmax_connections_per_source = 11\n", "limits.max_connections_per_source"},
 		{"a negative idle timeout", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nidle_timeout = \"-1s\"\n", "limits.idle_timeout"},
 		{"a tiny verdict log", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_max_bytes = 100\n", "boot_policy.verdict_log_max_bytes"},
+		{"a staleness margin under a minute", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nstale_after = \"30s\"\n", "boot_policy.stale_after: 30s is outside 1m..720h"},
 		{"no verdict log kept", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_keep = -1\n", "boot_policy.verdict_log_keep"},
 		{"a password in the store URL", "pki_dir = \"p\"\ndata_dir = \"d\"\nstore = \"postgres://fleetd:hunter2@db/fleetd\"\n", "store.url: the URL carries a password"},
 		{"a password parameter in the store URL", "pki_dir = \"p\"\ndata_dir = \"d\"\n[store]\nurl = \"postgres://fleetd@db/fleetd?password=hunter2\"\n", "store.url: the URL carries a password"},

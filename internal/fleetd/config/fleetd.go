@@ -166,6 +166,10 @@ type Limits struct {
 	RefusalAuditWindow Duration `toml:"refusal_audit_window"`
 }
 
+// DefaultStaleAfter is [boot_policy] stale_after's default: two missed
+// hourly boot checks (each moved by up to a tenth) and a margin.
+const DefaultStaleAfter = 150 * time.Minute
+
 // BootPolicy configures the boot policies and the verdict log.
 type BootPolicy struct {
 	// Dir is the policy directory: one TOML file per machine class.
@@ -185,6 +189,10 @@ type BootPolicy struct {
 	// BootCheckTimeout is how long a node has to answer a nonce with its
 	// boot evidence (default 1m); no answer is not evidence.
 	BootCheckTimeout Duration `toml:"boot_check_timeout"`
+	// StaleAfter is how old a node's last boot verdict may be before the
+	// node is stale: an alert, no state change (default 2h30m: two
+	// missed hourly boot checks and a margin).
+	StaleAfter Duration `toml:"stale_after"`
 }
 
 // Actuator says where cordon requests go when a worker is quarantined by
@@ -343,6 +351,9 @@ func (c *Fleetd) applyDefaults() {
 	if c.BootPolicy.ControlPlaneClasses == nil {
 		c.BootPolicy.ControlPlaneClasses = []string{"control-plane"}
 	}
+	if c.BootPolicy.StaleAfter.Duration == 0 {
+		c.BootPolicy.StaleAfter.Duration = DefaultStaleAfter
+	}
 	if c.BootPolicy.BootCheckTimeout.Duration == 0 {
 		c.BootPolicy.BootCheckTimeout.Duration = time.Minute
 	}
@@ -439,6 +450,9 @@ func (c *Fleetd) Validate() error {
 	}
 	if d := c.BootPolicy.BootCheckTimeout.Duration; d < time.Second || d > time.Hour {
 		return fmt.Errorf("boot_policy.boot_check_timeout: %s is outside 1s..1h", d)
+	}
+	if d := c.BootPolicy.StaleAfter.Duration; d < time.Minute || d > 30*24*time.Hour {
+		return fmt.Errorf("boot_policy.stale_after: %s is outside 1m..720h", d)
 	}
 	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
 		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)

@@ -47,6 +47,12 @@ const (
 	actionAlready     = "already quarantined"
 	actionAlerted     = "alerted"
 	actionFailed      = "quarantine failed"
+	// actionAudited: the class's policy is in audit mode; the failure
+	// alerts and nothing is enforced.
+	actionAudited = "audited"
+	// actionWarned: fewer failed verdicts in a row than the policy's
+	// [response] quarantine_after, and no critical rule failed.
+	actionWarned = "warned"
 )
 
 // bootMetrics count boot evidence and what came of it.
@@ -55,6 +61,11 @@ type bootMetrics struct {
 	ignored    *prometheus.CounterVec
 	alerts     *prometheus.CounterVec
 	actuations *prometheus.CounterVec
+	audited    *prometheus.CounterVec
+	warnings   *prometheus.CounterVec
+	mode       *prometheus.GaugeVec
+	stale      prometheus.Gauge
+	idle       prometheus.Gauge
 }
 
 func newBootMetrics(reg *prometheus.Registry) *bootMetrics {
@@ -75,8 +86,28 @@ func newBootMetrics(reg *prometheus.Registry) *bootMetrics {
 			Name: "nodetrust_actuator_requests_total",
 			Help: "Cordons requested of the actuator after a quarantine, by actuator and outcome (ok, failed).",
 		}, []string{"actuator", "outcome"}),
+		audited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_boot_audit_failures_total",
+			Help: "Failed boot verdicts of classes whose policy is in audit mode: alerts, nothing enforced, by class.",
+		}, []string{"class"}),
+		warnings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_boot_warnings_total",
+			Help: "Failed boot verdicts below the policy's [response] quarantine_after in a row: warnings, state unchanged, by class.",
+		}, []string{"class"}),
+		mode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "nodetrust_boot_policy_mode",
+			Help: "1 for the mode (enforce, audit) each class's boot policy is in.",
+		}, []string{"class", "mode"}),
+		stale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodetrust_boot_stale_nodes",
+			Help: "Nodes with a live TPM identity whose last boot verdict is older than [boot_policy] stale_after (at the last sweep).",
+		}),
+		idle: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "nodetrust_boot_verifier_idle",
+			Help: "1 when no boot verdict was stored for [boot_policy] stale_after while nodes with a live TPM identity exist.",
+		}),
 	}
-	reg.MustRegister(m.verdicts, m.ignored, m.alerts, m.actuations)
+	reg.MustRegister(m.verdicts, m.ignored, m.alerts, m.actuations, m.audited, m.warnings, m.mode, m.stale, m.idle)
 	return m
 }
 
@@ -197,11 +228,25 @@ func (s *Server) actOnFailure(ctx context.Context, n store.Node, v *bootpolicy.V
 	ctx = context.WithoutCancel(ctx)
 	class := classOf(n.Class)
 	summary := failedSummary(v)
+	// The verdict was made by class's policy, so it exists.
+	p, _ := s.cfg.BootPolicy.Policy(class)
+	if p != nil && !p.Enforced() {
+		s.auditAlert(ctx, n.ID, class, v)
+		return actionAudited
+	}
 	if s.isControlPlane(class) {
 		s.boot.alerts.WithLabelValues(class).Inc()
 		s.log.ErrorContext(ctx, "ALERT: a control-plane machine failed its boot policy; no automatic quarantine: review it and quarantine or retire it by hand",
 			logkey.NodeID, n.ID, "class", class, "stage", string(v.Stage), logkey.Reason, summary)
 		return actionAlerted
+	}
+	if p != nil {
+		if warn, failures := s.belowQuarantine(ctx, n.ID, p, v); warn {
+			s.boot.warnings.WithLabelValues(class).Inc()
+			s.log.WarnContext(ctx, "boot verdict failed: a warning, no quarantine yet",
+				logkey.NodeID, n.ID, "class", class, "stage", string(v.Stage), "failures_in_a_row", failures, "quarantine_after", p.QuarantineAfter, logkey.Reason, summary)
+			return actionWarned
+		}
 	}
 	reqID := newRequestID()
 	reason := capClaim("boot check failed (" + string(v.Stage) + "): " + summary)
@@ -228,4 +273,76 @@ func (s *Server) actOnFailure(ctx context.Context, n store.Node, v *bootpolicy.V
 		}
 	}
 	return actionQuarantined
+}
+
+// auditAlert raises the alert of a failed verdict under a policy in audit
+// mode: a log line and a metric, nothing enforced.
+func (s *Server) auditAlert(ctx context.Context, nodeID, class string, v *bootpolicy.Verdict) {
+	s.boot.audited.WithLabelValues(class).Inc()
+	s.log.ErrorContext(ctx, "ALERT: a boot failed its policy in audit mode; nothing enforced: fix the machine or the policy before setting mode = \"enforce\"",
+		logkey.NodeID, nodeID, "class", class, "stage", string(v.Stage), logkey.Reason, failedSummary(v))
+}
+
+// belowQuarantine reports whether the failed, stored verdict v of node
+// nodeID only warns under p's graded response: no critical rule failed,
+// and fewer than p.QuarantineAfter verdicts in a row failed (counted from
+// the store's history, v included, so the count holds across restarts and
+// replicas). It returns the count. When the history cannot be read, the
+// failure quarantines as without a graded response.
+func (s *Server) belowQuarantine(ctx context.Context, nodeID string, p *bootpolicy.Policy, v *bootpolicy.Verdict) (bool, int) {
+	for _, r := range v.Failed {
+		if p.IsCritical(r) {
+			return false, 0
+		}
+	}
+	if p.QuarantineAfter <= 1 {
+		return false, 1
+	}
+	vs, err := s.cfg.Store.ListVerdicts(ctx, nodeID, p.QuarantineAfter)
+	if err != nil {
+		s.log.ErrorContext(ctx, "the verdict history could not be read: the failure is acted on as if quarantine_after were 1", logkey.NodeID, nodeID, logkey.Error, err)
+		return false, 0
+	}
+	failures := 0
+	for _, sv := range vs {
+		if sv.Passed {
+			break
+		}
+		failures++
+	}
+	return failures < p.QuarantineAfter, failures
+}
+
+// announceModes says, per class, which mode its policy is in: a log line
+// at start and the gauge nodetrust_boot_policy_mode.
+func (s *Server) announceModes() {
+	ps := s.cfg.BootPolicy
+	if ps == nil {
+		return
+	}
+	for _, c := range ps.Classes() {
+		p, err := ps.Policy(c)
+		if err != nil {
+			continue
+		}
+		for _, m := range []string{bootpolicy.ModeEnforce, bootpolicy.ModeAudit} {
+			v := 0.0
+			if p.Mode == m {
+				v = 1
+			}
+			s.boot.mode.WithLabelValues(c, m).Set(v)
+		}
+		response := fmt.Sprintf("quarantine after %d failed verdicts in a row", p.QuarantineAfter)
+		if len(p.Critical) > 0 {
+			response += ", at once on " + strings.Join(p.Critical, ", ")
+		}
+		switch {
+		case !p.Enforced():
+			s.log.Warn("boot policy in audit mode: failures alert, nothing is enforced", "class", c, "mode", p.Mode, "file", p.File)
+		case s.isControlPlane(c):
+			s.log.Info("boot policy enforced at joins; failures of a running machine alert (control-plane class)", "class", c, "mode", p.Mode, "file", p.File)
+		default:
+			s.log.Info("boot policy enforced", "class", c, "mode", p.Mode, "response", response, "file", p.File)
+		}
+	}
 }

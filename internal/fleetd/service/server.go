@@ -110,6 +110,11 @@ type Config struct {
 	// BootCheckTimeout is how long a node has to answer a nonce with its
 	// evidence (default 1 minute); no answer is not evidence.
 	BootCheckTimeout time.Duration
+	// StaleAfter is how old a node's last boot verdict may be before the
+	// node is stale, and how long the control plane may store none while
+	// TPM nodes live before it alerts on itself (default
+	// DefaultStaleAfter). Only with BootPolicy.
+	StaleAfter time.Duration
 	// KeyExchanges are the TLS key exchanges offered, in order; nil means
 	// Go's default (the hybrid X25519MLKEM768 first).
 	KeyExchanges []tls.CurveID
@@ -139,6 +144,10 @@ type Server struct {
 	methods map[string]struct{}
 	// exportMetrics count the SPIRE export's runs.
 	exportMetrics *exportMetrics
+	// started is when New ran (cfg.Now); stale is the last staleness
+	// sweep's findings.
+	started time.Time
+	stale   staleState
 }
 
 // New checks cfg and builds a Server.
@@ -197,6 +206,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.BootCheckTimeout <= 0 {
 		cfg.BootCheckTimeout = time.Minute
 	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = DefaultStaleAfter
+	}
+	if ps := cfg.BootPolicy; ps != nil {
+		for _, c := range ps.Classes() {
+			if p, err := ps.Policy(c); err == nil && p.QuarantineAfter > cfg.VerdictsKept {
+				return nil, fmt.Errorf("the %s boot policy quarantines after %d failed verdicts in a row, but the store keeps %d per node: raise [boot_policy] verdicts_kept or lower [response] quarantine_after in %s",
+					c, p.QuarantineAfter, cfg.VerdictsKept, p.File)
+			}
+		}
+	}
 	cfg.Limits.applyDefaults()
 	logThrottle, err := throttle.New(throttle.Config{Window: cfg.Limits.RefusalLogWindow, Burst: cfg.Limits.RefusalLogBurst, Now: cfg.Now})
 	if err != nil {
@@ -218,7 +238,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(),
 		logThrottle: logThrottle, auditThrottle: auditThrottle, methods: map[string]struct{}{},
-		replica: randomHex(8), probes: map[string]chan string{}}
+		replica: randomHex(8), probes: map[string]chan string{}, started: cfg.Now()}
 	for _, sd := range []grpc.ServiceDesc{joinv1.JoinService_ServiceDesc, adminv1.Admin_ServiceDesc, gatewayv1.Gateway_ServiceDesc} {
 		for _, m := range sd.Methods {
 			s.methods["/"+sd.ServiceName+"/"+m.MethodName] = struct{}{}
@@ -230,6 +250,7 @@ func New(cfg Config) (*Server, error) {
 	s.metrics = newMetrics(s)
 	s.boot = newBootMetrics(s.metrics.reg)
 	s.exportMetrics = newExportMetrics(s.metrics.reg)
+	s.announceModes()
 	s.admission = &lifecycle.Admission{Store: cfg.Store, Source: cfg.Inventory, Required: cfg.InventoryRequired, AutoProvision: cfg.AutoProvision}
 	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, Now: cfg.Now,
 		Revoked: func(nodeID, reason string, gen uint64) bool {
@@ -308,6 +329,12 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	watched := make(chan struct{})
 	go func() { defer close(watched); s.watchRevocations(watchCtx) }()
 	defer func() { stopWatch(); <-watched }()
+	if s.cfg.BootPolicy != nil {
+		sweepCtx, stopSweep := context.WithCancel(ctx)
+		swept := make(chan struct{})
+		go func() { defer close(swept); s.sweepStaleEvery(sweepCtx) }()
+		defer func() { stopSweep(); <-swept }()
+	}
 	done := make(chan struct{})
 	go func() {
 		select {

@@ -284,7 +284,8 @@ func (s *Server) renewalBoot(ctx context.Context, cur *authedNode, keyAK []byte,
 	case v.Pass():
 		return nil
 	}
-	if action := s.actOnFailure(ctx, n, v); action == actionAlerted {
+	switch s.actOnFailure(ctx, n, v) {
+	case actionAlerted, actionAudited, actionWarned:
 		return nil
 	}
 	return refused(codes.PermissionDenied, "the boot fails the %s boot policy at renewal: %s; node %s is quarantined until fleetd nodes release %s",

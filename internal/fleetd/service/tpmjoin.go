@@ -450,6 +450,10 @@ func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.C
 	case v.Pass():
 		return nil
 	}
+	if p, err := s.cfg.BootPolicy.Policy(class); err == nil && !p.Enforced() {
+		s.auditAlert(ctx, nodeID, class, v)
+		return nil
+	}
 	summary := failedSummary(v)
 	subject := nodeID
 	if subject == "" {
