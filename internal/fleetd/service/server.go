@@ -134,6 +134,8 @@ type Server struct {
 	auditThrottle *throttle.Limiter
 	// methods are the full names of the methods served.
 	methods map[string]struct{}
+	// overLimit remembers the nodes refused as over the renewal limit.
+	overLimit overLimitMemo
 }
 
 // New checks cfg and builds a Server.
