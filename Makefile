@@ -7,7 +7,7 @@ PROTO_DIR := api/proto
 PROTOS := $(shell find $(PROTO_DIR) -name '*.proto' | sort)
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build demo test deps proto proto-check lint fmt-check vet staticcheck race fuzz fuzz-ci bench-smoke
+.PHONY: all build demo test deps proto proto-check lint fmt-check vet staticcheck race fuzz fuzz-ci bench-smoke screenshots
 
 all: build
 
@@ -87,3 +87,8 @@ test: deps proto-check lint
 	$(MAKE) --no-print-directory race
 	$(MAKE) --no-print-directory bench-smoke
 	$(MAKE) --no-print-directory fuzz-ci
+
+# The console's screenshots in docs/ (docs/console.md), taken by its
+# browser test against a real fleetd; needs chromium (make deps as root).
+screenshots:
+	NODETRUST_SCREENSHOTS=$(CURDIR)/docs CGO_ENABLED=1 $(GO) test -count=1 -tags tpmsim -run '^TestConsole$$' ./internal/integration/

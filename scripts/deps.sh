@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages: protoc for the generated-code check; SoftHSM2 for the
-# PKCS#11 tests (fleetd's keys in a token).
-packages=(protobuf-compiler softhsm2)
-commands=(protoc softhsm2-util)
+# PKCS#11 tests (fleetd's keys in a token); chromium for the console's
+# browser tests.
+packages=(protobuf-compiler softhsm2 chromium)
+commands=(protoc softhsm2-util chromium)
 
 missing=()
 for i in "${!packages[@]}"; do

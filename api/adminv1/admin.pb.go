@@ -3279,6 +3279,184 @@ func (x *CheckNodeResponse) GetAction() string {
 	return ""
 }
 
+type AuditEvent struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	TimeUnix int64                  `protobuf:"varint,1,opt,name=time_unix,json=timeUnix,proto3" json:"time_unix,omitempty"`
+	// Who: admin:<name>, a node id, join.
+	Actor string `protobuf:"bytes,2,opt,name=actor,proto3" json:"actor,omitempty"`
+	// What, such as admin.call, admin.refused, join, node.quarantine.
+	Action string `protobuf:"bytes,3,opt,name=action,proto3" json:"action,omitempty"`
+	// What it was done to: a node id, a token id, an admin method.
+	Subject       string `protobuf:"bytes,4,opt,name=subject,proto3" json:"subject,omitempty"`
+	Detail        string `protobuf:"bytes,5,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AuditEvent) Reset() {
+	*x = AuditEvent{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AuditEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AuditEvent) ProtoMessage() {}
+
+func (x *AuditEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
+func (*AuditEvent) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *AuditEvent) GetTimeUnix() int64 {
+	if x != nil {
+		return x.TimeUnix
+	}
+	return 0
+}
+
+func (x *AuditEvent) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+func (x *AuditEvent) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type ListAuditRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// At most this many, newest first; 0 means 1000.
+	Limit uint32 `protobuf:"varint,1,opt,name=limit,proto3" json:"limit,omitempty"`
+	// When set, only the events whose subject is this (a node id), taken
+	// from the latest 10000 events.
+	Subject       string `protobuf:"bytes,2,opt,name=subject,proto3" json:"subject,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditRequest) Reset() {
+	*x = ListAuditRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditRequest) ProtoMessage() {}
+
+func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
+func (*ListAuditRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *ListAuditRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *ListAuditRequest) GetSubject() string {
+	if x != nil {
+		return x.Subject
+	}
+	return ""
+}
+
+type ListAuditResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*AuditEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListAuditResponse) Reset() {
+	*x = ListAuditResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListAuditResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListAuditResponse) ProtoMessage() {}
+
+func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
+func (*ListAuditResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *ListAuditResponse) GetEvents() []*AuditEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
 var File_nodetrust_admin_v1_admin_proto protoreflect.FileDescriptor
 
 const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
@@ -3527,7 +3705,19 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"b\n" +
 	"\x11CheckNodeResponse\x125\n" +
 	"\averdict\x18\x01 \x01(\v2\x1b.nodetrust.admin.v1.VerdictR\averdict\x12\x16\n" +
-	"\x06action\x18\x02 \x01(\tR\x06action2\xa6\x0e\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\"\x89\x01\n" +
+	"\n" +
+	"AuditEvent\x12\x1b\n" +
+	"\ttime_unix\x18\x01 \x01(\x03R\btimeUnix\x12\x14\n" +
+	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
+	"\x06action\x18\x03 \x01(\tR\x06action\x12\x18\n" +
+	"\asubject\x18\x04 \x01(\tR\asubject\x12\x16\n" +
+	"\x06detail\x18\x05 \x01(\tR\x06detail\"B\n" +
+	"\x10ListAuditRequest\x12\x14\n" +
+	"\x05limit\x18\x01 \x01(\rR\x05limit\x12\x18\n" +
+	"\asubject\x18\x02 \x01(\tR\asubject\"K\n" +
+	"\x11ListAuditResponse\x126\n" +
+	"\x06events\x18\x01 \x03(\v2\x1e.nodetrust.admin.v1.AuditEventR\x06events2\x80\x0f\n" +
 	"\x05Admin\x12^\n" +
 	"\vCreateToken\x12&.nodetrust.admin.v1.CreateTokenRequest\x1a'.nodetrust.admin.v1.CreateTokenResponse\x12[\n" +
 	"\n" +
@@ -3552,7 +3742,8 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\x0eTransitionNode\x12).nodetrust.admin.v1.TransitionNodeRequest\x1a*.nodetrust.admin.v1.TransitionNodeResponse\x12^\n" +
 	"\vNodeHistory\x12&.nodetrust.admin.v1.NodeHistoryRequest\x1a'.nodetrust.admin.v1.NodeHistoryResponse\x12a\n" +
 	"\fListVerdicts\x12'.nodetrust.admin.v1.ListVerdictsRequest\x1a(.nodetrust.admin.v1.ListVerdictsResponse\x12X\n" +
-	"\tCheckNode\x12$.nodetrust.admin.v1.CheckNodeRequest\x1a%.nodetrust.admin.v1.CheckNodeResponseB,Z*github.com/nodetrust/nodetrust/api/adminv1b\x06proto3"
+	"\tCheckNode\x12$.nodetrust.admin.v1.CheckNodeRequest\x1a%.nodetrust.admin.v1.CheckNodeResponse\x12X\n" +
+	"\tListAudit\x12$.nodetrust.admin.v1.ListAuditRequest\x1a%.nodetrust.admin.v1.ListAuditResponseB,Z*github.com/nodetrust/nodetrust/api/adminv1b\x06proto3"
 
 var (
 	file_nodetrust_admin_v1_admin_proto_rawDescOnce sync.Once
@@ -3566,7 +3757,7 @@ func file_nodetrust_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_nodetrust_admin_v1_admin_proto_rawDescData
 }
 
-var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 50)
+var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*CreateTokenRequest)(nil),       // 0: nodetrust.admin.v1.CreateTokenRequest
 	(*CreateTokenResponse)(nil),      // 1: nodetrust.admin.v1.CreateTokenResponse
@@ -3618,6 +3809,9 @@ var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*FailedRule)(nil),               // 47: nodetrust.admin.v1.FailedRule
 	(*CheckNodeRequest)(nil),         // 48: nodetrust.admin.v1.CheckNodeRequest
 	(*CheckNodeResponse)(nil),        // 49: nodetrust.admin.v1.CheckNodeResponse
+	(*AuditEvent)(nil),               // 50: nodetrust.admin.v1.AuditEvent
+	(*ListAuditRequest)(nil),         // 51: nodetrust.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 52: nodetrust.admin.v1.ListAuditResponse
 }
 var file_nodetrust_admin_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: nodetrust.admin.v1.CreateTokenResponse.info:type_name -> nodetrust.admin.v1.Token
@@ -3638,49 +3832,52 @@ var file_nodetrust_admin_v1_admin_proto_depIdxs = []int32{
 	46, // 15: nodetrust.admin.v1.ListVerdictsResponse.verdicts:type_name -> nodetrust.admin.v1.Verdict
 	47, // 16: nodetrust.admin.v1.Verdict.failed:type_name -> nodetrust.admin.v1.FailedRule
 	46, // 17: nodetrust.admin.v1.CheckNodeResponse.verdict:type_name -> nodetrust.admin.v1.Verdict
-	0,  // 18: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
-	3,  // 19: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
-	6,  // 20: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
-	8,  // 21: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
-	10, // 22: nodetrust.admin.v1.Admin.RevokeNode:input_type -> nodetrust.admin.v1.RevokeNodeRequest
-	12, // 23: nodetrust.admin.v1.Admin.DeleteNode:input_type -> nodetrust.admin.v1.DeleteNodeRequest
-	14, // 24: nodetrust.admin.v1.Admin.ApproveNode:input_type -> nodetrust.admin.v1.ApproveNodeRequest
-	17, // 25: nodetrust.admin.v1.Admin.ListPending:input_type -> nodetrust.admin.v1.ListPendingRequest
-	20, // 26: nodetrust.admin.v1.Admin.CreateAdmin:input_type -> nodetrust.admin.v1.CreateAdminRequest
-	22, // 27: nodetrust.admin.v1.Admin.ListAdmins:input_type -> nodetrust.admin.v1.ListAdminsRequest
-	24, // 28: nodetrust.admin.v1.Admin.RevokeAdmin:input_type -> nodetrust.admin.v1.RevokeAdminRequest
-	26, // 29: nodetrust.admin.v1.Admin.ApplyInventory:input_type -> nodetrust.admin.v1.ApplyInventoryRequest
-	31, // 30: nodetrust.admin.v1.Admin.ListDeclarations:input_type -> nodetrust.admin.v1.ListDeclarationsRequest
-	34, // 31: nodetrust.admin.v1.Admin.ListChanges:input_type -> nodetrust.admin.v1.ListChangesRequest
-	37, // 32: nodetrust.admin.v1.Admin.ListClaims:input_type -> nodetrust.admin.v1.ListClaimsRequest
-	39, // 33: nodetrust.admin.v1.Admin.TransitionNode:input_type -> nodetrust.admin.v1.TransitionNodeRequest
-	42, // 34: nodetrust.admin.v1.Admin.NodeHistory:input_type -> nodetrust.admin.v1.NodeHistoryRequest
-	44, // 35: nodetrust.admin.v1.Admin.ListVerdicts:input_type -> nodetrust.admin.v1.ListVerdictsRequest
-	48, // 36: nodetrust.admin.v1.Admin.CheckNode:input_type -> nodetrust.admin.v1.CheckNodeRequest
-	1,  // 37: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
-	4,  // 38: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
-	7,  // 39: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
-	9,  // 40: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
-	11, // 41: nodetrust.admin.v1.Admin.RevokeNode:output_type -> nodetrust.admin.v1.RevokeNodeResponse
-	13, // 42: nodetrust.admin.v1.Admin.DeleteNode:output_type -> nodetrust.admin.v1.DeleteNodeResponse
-	15, // 43: nodetrust.admin.v1.Admin.ApproveNode:output_type -> nodetrust.admin.v1.ApproveNodeResponse
-	18, // 44: nodetrust.admin.v1.Admin.ListPending:output_type -> nodetrust.admin.v1.ListPendingResponse
-	21, // 45: nodetrust.admin.v1.Admin.CreateAdmin:output_type -> nodetrust.admin.v1.CreateAdminResponse
-	23, // 46: nodetrust.admin.v1.Admin.ListAdmins:output_type -> nodetrust.admin.v1.ListAdminsResponse
-	25, // 47: nodetrust.admin.v1.Admin.RevokeAdmin:output_type -> nodetrust.admin.v1.RevokeAdminResponse
-	29, // 48: nodetrust.admin.v1.Admin.ApplyInventory:output_type -> nodetrust.admin.v1.ApplyInventoryResponse
-	32, // 49: nodetrust.admin.v1.Admin.ListDeclarations:output_type -> nodetrust.admin.v1.ListDeclarationsResponse
-	35, // 50: nodetrust.admin.v1.Admin.ListChanges:output_type -> nodetrust.admin.v1.ListChangesResponse
-	38, // 51: nodetrust.admin.v1.Admin.ListClaims:output_type -> nodetrust.admin.v1.ListClaimsResponse
-	40, // 52: nodetrust.admin.v1.Admin.TransitionNode:output_type -> nodetrust.admin.v1.TransitionNodeResponse
-	43, // 53: nodetrust.admin.v1.Admin.NodeHistory:output_type -> nodetrust.admin.v1.NodeHistoryResponse
-	45, // 54: nodetrust.admin.v1.Admin.ListVerdicts:output_type -> nodetrust.admin.v1.ListVerdictsResponse
-	49, // 55: nodetrust.admin.v1.Admin.CheckNode:output_type -> nodetrust.admin.v1.CheckNodeResponse
-	37, // [37:56] is the sub-list for method output_type
-	18, // [18:37] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	50, // 18: nodetrust.admin.v1.ListAuditResponse.events:type_name -> nodetrust.admin.v1.AuditEvent
+	0,  // 19: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
+	3,  // 20: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
+	6,  // 21: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
+	8,  // 22: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
+	10, // 23: nodetrust.admin.v1.Admin.RevokeNode:input_type -> nodetrust.admin.v1.RevokeNodeRequest
+	12, // 24: nodetrust.admin.v1.Admin.DeleteNode:input_type -> nodetrust.admin.v1.DeleteNodeRequest
+	14, // 25: nodetrust.admin.v1.Admin.ApproveNode:input_type -> nodetrust.admin.v1.ApproveNodeRequest
+	17, // 26: nodetrust.admin.v1.Admin.ListPending:input_type -> nodetrust.admin.v1.ListPendingRequest
+	20, // 27: nodetrust.admin.v1.Admin.CreateAdmin:input_type -> nodetrust.admin.v1.CreateAdminRequest
+	22, // 28: nodetrust.admin.v1.Admin.ListAdmins:input_type -> nodetrust.admin.v1.ListAdminsRequest
+	24, // 29: nodetrust.admin.v1.Admin.RevokeAdmin:input_type -> nodetrust.admin.v1.RevokeAdminRequest
+	26, // 30: nodetrust.admin.v1.Admin.ApplyInventory:input_type -> nodetrust.admin.v1.ApplyInventoryRequest
+	31, // 31: nodetrust.admin.v1.Admin.ListDeclarations:input_type -> nodetrust.admin.v1.ListDeclarationsRequest
+	34, // 32: nodetrust.admin.v1.Admin.ListChanges:input_type -> nodetrust.admin.v1.ListChangesRequest
+	37, // 33: nodetrust.admin.v1.Admin.ListClaims:input_type -> nodetrust.admin.v1.ListClaimsRequest
+	39, // 34: nodetrust.admin.v1.Admin.TransitionNode:input_type -> nodetrust.admin.v1.TransitionNodeRequest
+	42, // 35: nodetrust.admin.v1.Admin.NodeHistory:input_type -> nodetrust.admin.v1.NodeHistoryRequest
+	44, // 36: nodetrust.admin.v1.Admin.ListVerdicts:input_type -> nodetrust.admin.v1.ListVerdictsRequest
+	48, // 37: nodetrust.admin.v1.Admin.CheckNode:input_type -> nodetrust.admin.v1.CheckNodeRequest
+	51, // 38: nodetrust.admin.v1.Admin.ListAudit:input_type -> nodetrust.admin.v1.ListAuditRequest
+	1,  // 39: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
+	4,  // 40: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
+	7,  // 41: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
+	9,  // 42: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
+	11, // 43: nodetrust.admin.v1.Admin.RevokeNode:output_type -> nodetrust.admin.v1.RevokeNodeResponse
+	13, // 44: nodetrust.admin.v1.Admin.DeleteNode:output_type -> nodetrust.admin.v1.DeleteNodeResponse
+	15, // 45: nodetrust.admin.v1.Admin.ApproveNode:output_type -> nodetrust.admin.v1.ApproveNodeResponse
+	18, // 46: nodetrust.admin.v1.Admin.ListPending:output_type -> nodetrust.admin.v1.ListPendingResponse
+	21, // 47: nodetrust.admin.v1.Admin.CreateAdmin:output_type -> nodetrust.admin.v1.CreateAdminResponse
+	23, // 48: nodetrust.admin.v1.Admin.ListAdmins:output_type -> nodetrust.admin.v1.ListAdminsResponse
+	25, // 49: nodetrust.admin.v1.Admin.RevokeAdmin:output_type -> nodetrust.admin.v1.RevokeAdminResponse
+	29, // 50: nodetrust.admin.v1.Admin.ApplyInventory:output_type -> nodetrust.admin.v1.ApplyInventoryResponse
+	32, // 51: nodetrust.admin.v1.Admin.ListDeclarations:output_type -> nodetrust.admin.v1.ListDeclarationsResponse
+	35, // 52: nodetrust.admin.v1.Admin.ListChanges:output_type -> nodetrust.admin.v1.ListChangesResponse
+	38, // 53: nodetrust.admin.v1.Admin.ListClaims:output_type -> nodetrust.admin.v1.ListClaimsResponse
+	40, // 54: nodetrust.admin.v1.Admin.TransitionNode:output_type -> nodetrust.admin.v1.TransitionNodeResponse
+	43, // 55: nodetrust.admin.v1.Admin.NodeHistory:output_type -> nodetrust.admin.v1.NodeHistoryResponse
+	45, // 56: nodetrust.admin.v1.Admin.ListVerdicts:output_type -> nodetrust.admin.v1.ListVerdictsResponse
+	49, // 57: nodetrust.admin.v1.Admin.CheckNode:output_type -> nodetrust.admin.v1.CheckNodeResponse
+	52, // 58: nodetrust.admin.v1.Admin.ListAudit:output_type -> nodetrust.admin.v1.ListAuditResponse
+	39, // [39:59] is the sub-list for method output_type
+	19, // [19:39] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_admin_v1_admin_proto_init() }
@@ -3694,7 +3891,7 @@ func file_nodetrust_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_admin_v1_admin_proto_rawDesc), len(file_nodetrust_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   50,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -44,6 +44,7 @@ const (
 	Admin_NodeHistory_FullMethodName      = "/nodetrust.admin.v1.Admin/NodeHistory"
 	Admin_ListVerdicts_FullMethodName     = "/nodetrust.admin.v1.Admin/ListVerdicts"
 	Admin_CheckNode_FullMethodName        = "/nodetrust.admin.v1.Admin/CheckNode"
+	Admin_ListAudit_FullMethodName        = "/nodetrust.admin.v1.Admin/ListAudit"
 )
 
 // AdminClient is the client API for Admin service.
@@ -92,6 +93,9 @@ type AdminClient interface {
 	// this server or does not answer in time (not evidence: nothing
 	// changes). Operator or owner.
 	CheckNode(ctx context.Context, in *CheckNodeRequest, opts ...grpc.CallOption) (*CheckNodeResponse, error)
+	// ListAudit lists the audit trail, newest first: admin calls and
+	// refusals, lifecycle changes, joins and revocations.
+	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
 }
 
 type adminClient struct {
@@ -295,6 +299,16 @@ func (c *adminClient) CheckNode(ctx context.Context, in *CheckNodeRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListAuditResponse)
+	err := c.cc.Invoke(ctx, Admin_ListAudit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -341,6 +355,9 @@ type AdminServer interface {
 	// this server or does not answer in time (not evidence: nothing
 	// changes). Operator or owner.
 	CheckNode(context.Context, *CheckNodeRequest) (*CheckNodeResponse, error)
+	// ListAudit lists the audit trail, newest first: admin calls and
+	// refusals, lifecycle changes, joins and revocations.
+	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -407,6 +424,9 @@ func (UnimplementedAdminServer) ListVerdicts(context.Context, *ListVerdictsReque
 }
 func (UnimplementedAdminServer) CheckNode(context.Context, *CheckNodeRequest) (*CheckNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CheckNode not implemented")
+}
+func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListAudit not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -760,6 +780,24 @@ func _Admin_CheckNode_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListAuditRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListAudit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListAudit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListAudit(ctx, req.(*ListAuditRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -838,6 +876,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckNode",
 			Handler:    _Admin_CheckNode_Handler,
+		},
+		{
+			MethodName: "ListAudit",
+			Handler:    _Admin_ListAudit_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

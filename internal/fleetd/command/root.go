@@ -24,6 +24,7 @@ Start here:
   fleetd token create --role worker  a join token, printed once
   fleetd inventory apply nodes.yaml  declare machines (docs/inventory.md)
   fleetd admin create --name N --role R  an admin credential (owner, declarer, operator, auditor)
+  fleetd console                     the web console on loopback (prints a one-time login address)
 
   fleetd policy check --class C --log FILE --pcrs FILE
                                      test a boot policy on a captured boot`,
@@ -33,7 +34,7 @@ Start here:
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand(), policyCommand(), pkiCommand(), ekRootsCommand())
+	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand(), policyCommand(), pkiCommand(), ekRootsCommand(), consoleCommand())
 	return root
 }
 

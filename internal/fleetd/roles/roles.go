@@ -35,7 +35,7 @@ type Action string
 
 // The actions admin calls are checked against.
 const (
-	ReadFleet      Action = "read the fleet (nodes, tokens, pending joins, claims, history)"
+	ReadFleet      Action = "read the fleet (nodes, tokens, pending joins, claims, history, audit)"
 	ReadInventory  Action = "read the inventory and its changelog"
 	WriteInventory Action = "write the inventory and EK bindings"
 	Lifecycle      Action = "change a node's lifecycle (provision, quarantine, revoke, approve, check boot)"

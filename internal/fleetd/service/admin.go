@@ -62,6 +62,7 @@ var adminActions = map[string]func(req any) roles.Action{
 	"NodeHistory":      fixed(roles.ReadFleet),
 	"ListVerdicts":     fixed(roles.ReadFleet),
 	"CheckNode":        fixed(roles.Lifecycle),
+	"ListAudit":        fixed(roles.ReadFleet),
 	"ApplyInventory": func(req any) roles.Action {
 		if r, ok := req.(*adminv1.ApplyInventoryRequest); ok && r.DryRun {
 			return roles.ReadInventory

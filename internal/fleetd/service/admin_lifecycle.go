@@ -433,3 +433,26 @@ func verdictInfo(v store.Verdict) *adminv1.Verdict {
 	}
 	return out
 }
+func (a *adminService) ListAudit(ctx context.Context, req *adminv1.ListAuditRequest) (*adminv1.ListAuditResponse, error) {
+	limit := listLimit(req.Limit)
+	scan := limit
+	if req.Subject != "" {
+		// A subject's events are found among the latest maxListSize.
+		scan = maxListSize
+	}
+	es, err := a.s.cfg.Store.ListAudit(ctx, scan)
+	if err != nil {
+		return nil, storeFailure("list audit", err)
+	}
+	out := &adminv1.ListAuditResponse{}
+	for _, e := range es {
+		if req.Subject != "" && e.Subject != req.Subject {
+			continue
+		}
+		out.Events = append(out.Events, &adminv1.AuditEvent{TimeUnix: unix(e.Time), Actor: e.Actor, Action: e.Action, Subject: e.Subject, Detail: e.Detail})
+		if len(out.Events) == limit {
+			break
+		}
+	}
+	return out, nil
+}

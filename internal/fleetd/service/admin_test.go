@@ -55,6 +55,10 @@ var adminCalls = []struct {
 		_, err := c.ListPending(ctx, &adminv1.ListPendingRequest{})
 		return err
 	}},
+	{"ListAudit", func(ctx context.Context, c adminv1.AdminClient) error {
+		_, err := c.ListAudit(ctx, &adminv1.ListAuditRequest{Limit: 5})
+		return err
+	}},
 }
 
 func TestAdminNeedsTheAdminCertificate(t *testing.T) {
@@ -284,6 +288,7 @@ func TestAdminStoreFailures(t *testing.T) {
 		{"DeleteNode", "DeleteNode", "delete node web"},
 		{"ApproveNode", "ApprovePending", "approve node web"},
 		{"ListPending", "ListPending", "list pending joins"},
+		{"ListAudit", "ListAudit", "list audit"},
 	}
 	e := newEnv(t)
 	n := e.newNode(t, "web")
@@ -328,5 +333,46 @@ func TestNewNeedsAnAuthorityAndAStore(t *testing.T) {
 				t.Fatalf("New = %v, want it to name what is missing", err)
 			}
 		})
+	}
+}
+
+// ListAudit returns the trail newest first, bounded by its limit, and only
+// one subject's events when asked for them.
+func TestListAudit(t *testing.T) {
+	e := newEnv(t)
+	n := e.newNode(t, "web")
+	e.newNode(t, "db")
+	if _, err := e.admin.RevokeNode(t.Context(), &adminv1.RevokeNodeRequest{Id: n.id, Reason: "disk swapped"}); err != nil {
+		t.Fatal(err)
+	}
+	all, err := e.admin.ListAudit(t.Context(), &adminv1.ListAuditRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Events) < 3 {
+		t.Fatalf("%d audit events, want the two joins and the revocation at least", len(all.Events))
+	}
+	for i := 1; i < len(all.Events); i++ {
+		if all.Events[i].TimeUnix > all.Events[i-1].TimeUnix {
+			t.Errorf("event %d is newer than event %d: not newest first", i, i-1)
+		}
+	}
+	two, err := e.admin.ListAudit(t.Context(), &adminv1.ListAuditRequest{Limit: 2})
+	if err != nil || len(two.Events) != 2 {
+		t.Fatalf("ListAudit limit 2 = %d events, %v; want 2", len(two.Events), err)
+	}
+	web, err := e.admin.ListAudit(t.Context(), &adminv1.ListAuditRequest{Subject: n.id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked := false
+	for _, ev := range web.Events {
+		if ev.Subject != n.id {
+			t.Errorf("event %+v is not about %s", ev, n.id)
+		}
+		revoked = revoked || strings.Contains(ev.Detail, "disk swapped")
+	}
+	if !revoked {
+		t.Errorf("the events of %s do not show the revocation: %v", n.id, web.Events)
 	}
 }
