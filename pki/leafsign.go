@@ -10,7 +10,6 @@ import (
 	"encoding/asn1"
 	"errors"
 	"fmt"
-	"math/big"
 	"time"
 )
 
@@ -27,31 +26,6 @@ var (
 	oidECDSAWithSHA384   = asn1.ObjectIdentifier{1, 2, 840, 10045, 4, 3, 3}
 	oidECDSAWithSHA512   = asn1.ObjectIdentifier{1, 2, 840, 10045, 4, 3, 4}
 )
-
-type leafTBS struct {
-	Version      int `asn1:"optional,explicit,default:0,tag:0"`
-	SerialNumber *big.Int
-	SigAlg       pkix.AlgorithmIdentifier
-	Issuer       asn1.RawValue
-	Validity     leafValidity
-	Subject      asn1.RawValue
-	PublicKey    asn1.RawValue
-	Extensions   []pkix.Extension `asn1:"omitempty,optional,explicit,tag:3"`
-}
-
-type leafValidity struct {
-	NotBefore, NotAfter time.Time
-}
-
-type leafCert struct {
-	TBS      asn1.RawValue
-	SigAlg   pkix.AlgorithmIdentifier
-	SigValue asn1.BitString
-}
-
-type authKeyID struct {
-	ID []byte `asn1:"optional,tag:0"`
-}
 
 // ecdsaSigAlg returns the signature algorithm and hash Go's x509 uses for
 // an ECDSA CA key, or false for any other key.
@@ -97,20 +71,37 @@ func (i *Issuer) signLeaf(tmpl *x509.Certificate, pub crypto.PublicKey) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	sigAlg := pkix.AlgorithmIdentifier{Algorithm: sigOID}
-	tbs, err := asn1.Marshal(leafTBS{
-		Version:      2,
-		SerialNumber: tmpl.SerialNumber,
-		SigAlg:       sigAlg,
-		Issuer:       asn1.RawValue{FullBytes: i.ca.RawSubject},
-		Validity:     leafValidity{tmpl.NotBefore.UTC(), tmpl.NotAfter.UTC()},
-		Subject:      asn1.RawValue{FullBytes: subject},
-		PublicKey:    asn1.RawValue{FullBytes: spki},
-		Extensions:   exts,
-	})
-	if err != nil {
-		return nil, err
+	serial := tmpl.SerialNumber
+	if serial == nil || serial.Sign() <= 0 {
+		return nil, errors.New("internal error: a leaf's serial must be positive")
 	}
+	sigAlg := sigAlgDER(sigOID)
+	// The TBSCertificate (RFC 5280 section 4.1), DER-encoded by hand: the
+	// reflection of encoding/asn1 was about a fifth of a join's
+	// allocations.
+	body := make([]byte, 0, 512+len(i.ca.RawSubject)+len(subject)+len(spki))
+	body = append(body, 0xa0, 0x03, 0x02, 0x01, 0x02) // [0] EXPLICIT version v3
+	serialBytes := serial.Bytes()
+	if serialBytes[0]&0x80 != 0 {
+		serialBytes = append([]byte{0}, serialBytes...)
+	}
+	body = appendDER(body, 0x02, serialBytes)
+	body = append(body, sigAlg...)
+	body = append(body, i.ca.RawSubject...)
+	validity := make([]byte, 0, 2*17)
+	validity = appendDERTime(validity, tmpl.NotBefore)
+	validity = appendDERTime(validity, tmpl.NotAfter)
+	body = appendDER(body, 0x30, validity)
+	body = append(body, subject...)
+	body = append(body, spki...)
+	if len(exts) > 0 {
+		var list []byte
+		for _, e := range exts {
+			list = appendDER(list, 0x30, e)
+		}
+		body = appendDER(body, 0xa3, appendDER(nil, 0x30, list)) // [3] EXPLICIT
+	}
+	tbs := appendDER(make([]byte, 0, len(body)+4), 0x30, body)
 	h := hash.New()
 	h.Write(tbs)
 	digest := h.Sum(nil)
@@ -123,68 +114,137 @@ func (i *Issuer) signLeaf(tmpl *x509.Certificate, pub crypto.PublicKey) ([]byte,
 			return nil, errors.New("the CA key's signer returned a signature that does not verify")
 		}
 	}
-	return asn1.Marshal(leafCert{
-		TBS:      asn1.RawValue{FullBytes: tbs},
-		SigAlg:   sigAlg,
-		SigValue: asn1.BitString{Bytes: sig, BitLength: 8 * len(sig)},
-	})
+	cert := make([]byte, 0, len(tbs)+len(sigAlg)+len(sig)+8)
+	cert = append(cert, tbs...)
+	cert = append(cert, sigAlg...)
+	cert = appendDERLen(append(cert, 0x03), 1+len(sig)) // BIT STRING, no unused bits
+	cert = append(cert, 0)
+	cert = append(cert, sig...)
+	return appendDER(make([]byte, 0, len(cert)+4), 0x30, cert), nil
 }
 
-// leafExtensions returns the extensions of a node certificate in the
-// order x509.CreateCertificate writes them: key usage, extended key
-// usage, basic constraints, authority key id, subject alternative name,
-// then tmpl.ExtraExtensions.
-func leafExtensions(tmpl *x509.Certificate, caKeyID []byte) ([]pkix.Extension, error) {
+// appendDER appends the DER element of tag and content to b.
+func appendDER(b []byte, tag byte, content []byte) []byte {
+	return append(appendDERLen(append(b, tag), len(content)), content...)
+}
+
+// appendDERLen appends a DER length to b.
+func appendDERLen(b []byte, n int) []byte {
+	switch {
+	case n < 0x80:
+		return append(b, byte(n))
+	case n <= 0xff:
+		return append(b, 0x81, byte(n))
+	case n <= 0xffff:
+		return append(b, 0x82, byte(n>>8), byte(n))
+	default:
+		return append(b, 0x83, byte(n>>16), byte(n>>8), byte(n))
+	}
+}
+
+// appendDERTime appends t as encoding/asn1 and x509.CreateCertificate
+// write a validity time: UTCTime from 1950 to 2049, GeneralizedTime
+// otherwise, in UTC to the second.
+func appendDERTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	if y := t.Year(); y >= 1950 && y < 2050 {
+		return appendDER(b, 0x17, t.AppendFormat(make([]byte, 0, 13), "060102150405Z"))
+	}
+	return appendDER(b, 0x18, t.AppendFormat(make([]byte, 0, 15), "20060102150405Z"))
+}
+
+// DER encodings of the fixed parts of a node certificate.
+var (
+	derECDSAWithSHA256 = mustDER(pkix.AlgorithmIdentifier{Algorithm: oidECDSAWithSHA256})
+	derECDSAWithSHA384 = mustDER(pkix.AlgorithmIdentifier{Algorithm: oidECDSAWithSHA384})
+	derECDSAWithSHA512 = mustDER(pkix.AlgorithmIdentifier{Algorithm: oidECDSAWithSHA512})
+	derExtKeyUsage     = mustDER(oidExtKeyUsage)
+	derExtExtKeyUsage  = mustDER(oidExtExtKeyUsage)
+	derExtBasicCons    = mustDER(oidExtBasicCons)
+	derExtAuthKeyID    = mustDER(oidExtAuthorityKeyID)
+	derExtSAN          = mustDER(oidExtSubjectAltName)
+	derEKUServerAuth   = mustDER(oidEKUServerAuth)
+	derEKUClientAuth   = mustDER(oidEKUClientAuth)
+	derTPMAKName       = mustDER(OIDTPMAKName)
+)
+
+func mustDER(v any) []byte {
+	b, err := asn1.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// sigAlgDER is the DER AlgorithmIdentifier of oid, one of ecdsaSigAlg's.
+func sigAlgDER(oid asn1.ObjectIdentifier) []byte {
+	switch {
+	case oid.Equal(oidECDSAWithSHA384):
+		return derECDSAWithSHA384
+	case oid.Equal(oidECDSAWithSHA512):
+		return derECDSAWithSHA512
+	}
+	return derECDSAWithSHA256
+}
+
+// leafExtensions returns the contents of the Extension SEQUENCEs of a
+// node certificate in the order x509.CreateCertificate writes them: key
+// usage, extended key usage, basic constraints, authority key id, subject
+// alternative name, then tmpl.ExtraExtensions.
+func leafExtensions(tmpl *x509.Certificate, caKeyID []byte) ([][]byte, error) {
 	if tmpl.KeyUsage != x509.KeyUsageDigitalSignature || !tmpl.BasicConstraintsValid || tmpl.IsCA ||
 		len(tmpl.DNSNames)+len(tmpl.IPAddresses)+len(tmpl.EmailAddresses) > 0 {
 		return nil, fmt.Errorf("internal error: the leaf template is not a node certificate's")
 	}
-	exts := make([]pkix.Extension, 0, 5+len(tmpl.ExtraExtensions))
-	// Key usage digitalSignature: bit 0, one bit long.
-	ku, err := asn1.Marshal(asn1.BitString{Bytes: []byte{0x80}, BitLength: 1})
-	if err != nil {
-		return nil, err
+	exts := make([][]byte, 0, 5+len(tmpl.ExtraExtensions))
+	ext := func(id []byte, critical bool, value []byte) {
+		e := make([]byte, 0, len(id)+3+len(value)+4)
+		e = append(e, id...)
+		if critical {
+			e = append(e, 0x01, 0x01, 0xff)
+		}
+		exts = append(exts, appendDER(e, 0x04, value))
 	}
-	exts = append(exts, pkix.Extension{Id: oidExtKeyUsage, Critical: true, Value: ku})
-	var ekus []asn1.ObjectIdentifier
+	// Key usage digitalSignature: a BIT STRING of one bit (seven unused).
+	ext(derExtKeyUsage, true, []byte{0x03, 0x02, 0x07, 0x80})
+	var ekus []byte
 	for _, u := range tmpl.ExtKeyUsage {
 		switch u {
 		case x509.ExtKeyUsageClientAuth:
-			ekus = append(ekus, oidEKUClientAuth)
+			ekus = append(ekus, derEKUClientAuth...)
 		case x509.ExtKeyUsageServerAuth:
-			ekus = append(ekus, oidEKUServerAuth)
+			ekus = append(ekus, derEKUServerAuth...)
 		default:
 			return nil, fmt.Errorf("internal error: extended key usage %d", u)
 		}
 	}
 	if len(ekus) > 0 {
-		b, err := asn1.Marshal(ekus)
-		if err != nil {
-			return nil, err
-		}
-		exts = append(exts, pkix.Extension{Id: oidExtExtKeyUsage, Value: b})
+		ext(derExtExtKeyUsage, false, appendDER(nil, 0x30, ekus))
 	}
 	// Basic constraints of an end entity: an empty SEQUENCE, critical.
-	exts = append(exts, pkix.Extension{Id: oidExtBasicCons, Critical: true, Value: []byte{0x30, 0x00}})
+	ext(derExtBasicCons, true, []byte{0x30, 0x00})
 	if len(caKeyID) > 0 {
-		b, err := asn1.Marshal(authKeyID{ID: caKeyID})
-		if err != nil {
-			return nil, err
-		}
-		exts = append(exts, pkix.Extension{Id: oidExtAuthorityKeyID, Value: b})
+		// SEQUENCE { [0] IMPLICIT OCTET STRING keyIdentifier }
+		ext(derExtAuthKeyID, false, appendDER(nil, 0x30, appendDER(nil, 0x80, caKeyID)))
 	}
 	if len(tmpl.URIs) > 0 {
-		var names []asn1.RawValue
+		var names []byte
 		for _, u := range tmpl.URIs {
-			names = append(names, asn1.RawValue{Tag: 6, Class: asn1.ClassContextSpecific, Bytes: []byte(u.String())})
-		}
-		b, err := asn1.Marshal(names)
-		if err != nil {
-			return nil, err
+			names = appendDER(names, 0x86, []byte(u.String())) // [6] IMPLICIT IA5String
 		}
 		// Critical only when the subject is empty; a node certificate's
 		// never is.
-		exts = append(exts, pkix.Extension{Id: oidExtSubjectAltName, Value: b})
+		ext(derExtSAN, false, appendDER(nil, 0x30, names))
 	}
-	return append(exts, tmpl.ExtraExtensions...), nil
+	for _, e := range tmpl.ExtraExtensions {
+		id := derTPMAKName
+		if !e.Id.Equal(OIDTPMAKName) {
+			var err error
+			if id, err = asn1.Marshal(e.Id); err != nil {
+				return nil, err
+			}
+		}
+		ext(id, e.Critical, e.Value)
+	}
+	return exts, nil
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/asn1"
 	"encoding/pem"
 	"io"
 	"os"
@@ -154,5 +155,25 @@ func TestSignLeafChecksASignerNotInMemory(t *testing.T) {
 	_, err = bad.Issue(LeafRequest{PublicKey: mustKey(t).Public(), NodeID: "n1", NotBefore: testNow, NotAfter: testNow.Add(time.Hour)})
 	if err == nil || !strings.Contains(err.Error(), "does not verify") {
 		t.Fatalf("a signer that signs wrongly: err = %v, want a refusal", err)
+	}
+}
+
+// TestLeafTimesMatchEncodingASN1 checks the hand-written validity times
+// against encoding/asn1's at the edges of UTCTime's range and off UTC.
+func TestLeafTimesMatchEncodingASN1(t *testing.T) {
+	for _, tm := range []time.Time{
+		time.Date(1949, 12, 31, 23, 59, 59, 0, time.UTC),
+		time.Date(1950, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2049, 12, 31, 23, 59, 59, 999, time.UTC),
+		time.Date(2050, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2026, 12, 2, 7, 5, 9, 123456789, time.FixedZone("x", 5*3600+1800)),
+	} {
+		want, err := asn1.Marshal(tm.UTC().Truncate(time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendDERTime(nil, tm); !bytes.Equal(got, want) {
+			t.Errorf("%s: %x, want encoding/asn1's %x", tm, got, want)
+		}
 	}
 }

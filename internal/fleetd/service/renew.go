@@ -109,16 +109,12 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 		}
 	}
 
-	// An early count spares the signing of a renewal that is over the
-	// limit; the count that decides is RecordRenewalLimited's, in the
+	// The count that decides is RecordRenewalLimited's, in the
 	// transaction that records the renewal, so that renewals racing on
-	// several replicas cannot all pass.
+	// several replicas cannot all pass. A node this replica saw refused is
+	// refused again from memory until its retry time, before any signing.
 	limit := store.RenewalLimit{Max: s.cfg.RenewalLimit, Window: s.cfg.RenewalWindow}
-	times, err := s.cfg.Store.RenewalTimes(ctx, cur.node.ID, now.Add(-limit.Window))
-	if err != nil {
-		return nil, unavailable("renewal", "renewal could not be checked; retry", fmt.Errorf("renewal times: %w", err), logkey.NodeID, cur.node.ID)
-	}
-	if over := store.OverRenewalLimit(cur.node.ID, times, limit); over != nil {
+	if over := s.overLimit.refused(cur.node.ID, cur.node.Generation, now); over != nil {
 		return nil, overLimit(over, now)
 	}
 
@@ -145,8 +141,8 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	err = s.cfg.Store.RecordRenewalLimited(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, limit, nil)
 	var over *store.RenewalLimitError
 	if errors.As(err, &over) {
-		// Another renewal of the node, on this replica or another, was
-		// recorded since the early count.
+		// The node is at its limit (renewals on this replica or another).
+		s.overLimit.remember(cur.node.Generation, over, now)
 		return nil, overLimit(over, now)
 	}
 	if errors.Is(err, store.ErrConflict) {

@@ -148,6 +148,8 @@ type Server struct {
 	// sweep's findings.
 	started time.Time
 	stale   staleState
+	// overLimit remembers the nodes refused as over the renewal limit.
+	overLimit overLimitMemo
 }
 
 // New checks cfg and builds a Server.
@@ -302,9 +304,10 @@ func (s *Server) GRPCServer(lim *connlimit.Listener) *grpc.Server {
 		grpc.MaxConcurrentStreams(maxStreamsPerConn),
 		// No 32 KiB read buffer per connection: the framer reads from the
 		// TLS connection, which buffers a record already. A held session
-		// is idle almost always, so the buffer was memory for nothing
-		// (docs/performance.md). Writes share pooled buffers (grpc-go's
-		// default).
+		// is idle almost always, so the buffer was memory for nothing;
+		// 4 KiB and 32 KiB buffers measured no better revocation latency
+		// (docs/performance.md, issue 20 part 2). Writes share pooled
+		// buffers (grpc-go's default).
 		grpc.ReadBufferSize(0),
 	)
 	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})

@@ -188,7 +188,8 @@ func TestSessionAnswersPingsAndRenewals(t *testing.T) {
 		}
 	})
 	t.Run("a store failure during a renewal is an error that leaves the session open", func(t *testing.T) {
-		e.store.FailNext("RenewalTimes", storefault.ErrInjected)
+		e.clock.Advance(time.Hour) // past the pushback
+		e.store.FailNext("RecordRenewalLimited", storefault.ErrInjected)
 		r := e.renewal(t, n)
 		m := call(t, stream, &gatewayv1.SessionRequest{Id: 7, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
 		if er := m.GetError(); er == nil || codes.Code(er.Code) != codes.Unavailable || er.RetryPushbackMs != 0 {
