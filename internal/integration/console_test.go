@@ -118,6 +118,11 @@ func TestConsole(t *testing.T) {
 			!strings.Contains(rows[len(rows)-1], " join ") || strings.Count(strings.Join(rows, "\n"), "(current)") != 1 {
 			t.Errorf("the certificates of %s read %q, want the current renewal first and the join last", webID, rows)
 		}
+		// The auditor reads the same list with the CLI.
+		if out := cp.mustFleetd(t, auditor, "nodes", "certs", webID).stdout; strings.Count(out, "\n") != len(rows)+1 ||
+			!strings.Contains(out, " renew ") || !strings.Contains(out, " join ") {
+			t.Errorf("fleetd nodes certs %s printed %q, want a header and %d certificates", webID, out, len(rows))
+		}
 		// The boot-check section asked ListVerdicts: a token node has none.
 		if v := read(t, ctx, chromedp.Text(chromedp.CSS(`section[aria-labelledby="verdicts"]`))); !strings.Contains(v, "no boot check recorded for this node yet") {
 			t.Errorf("the node page's boot checks read %q, want the store's empty history", v)
