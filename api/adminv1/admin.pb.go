@@ -3015,6 +3015,208 @@ func (x *ListVerdictsResponse) GetVerdicts() []*Verdict {
 	return nil
 }
 
+type ListCertsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// At most this many, newest first; 0 means 100, more than 1000 is 1000.
+	Limit         uint32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCertsRequest) Reset() {
+	*x = ListCertsRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCertsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCertsRequest) ProtoMessage() {}
+
+func (x *ListCertsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCertsRequest.ProtoReflect.Descriptor instead.
+func (*ListCertsRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListCertsRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ListCertsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type ListCertsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Certs         []*CertInfo            `protobuf:"bytes,1,rep,name=certs,proto3" json:"certs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListCertsResponse) Reset() {
+	*x = ListCertsResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListCertsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListCertsResponse) ProtoMessage() {}
+
+func (x *ListCertsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListCertsResponse.ProtoReflect.Descriptor instead.
+func (*ListCertsResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ListCertsResponse) GetCerts() []*CertInfo {
+	if x != nil {
+		return x.Certs
+	}
+	return nil
+}
+
+// CertInfo is one certificate issued to a node.
+type CertInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Lower-case hex.
+	Serial string `protobuf:"bytes,1,opt,name=serial,proto3" json:"serial,omitempty"`
+	NodeId string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The node's generation the certificate was issued at.
+	Generation uint64 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	// join (a join or reclaim) or renew.
+	Kind         string `protobuf:"bytes,4,opt,name=kind,proto3" json:"kind,omitempty"`
+	IssuedUnix   int64  `protobuf:"varint,5,opt,name=issued_unix,json=issuedUnix,proto3" json:"issued_unix,omitempty"`
+	NotAfterUnix int64  `protobuf:"varint,6,opt,name=not_after_unix,json=notAfterUnix,proto3" json:"not_after_unix,omitempty"`
+	// 0 while not revoked.
+	RevokedUnix   int64  `protobuf:"varint,7,opt,name=revoked_unix,json=revokedUnix,proto3" json:"revoked_unix,omitempty"`
+	RevokedReason string `protobuf:"bytes,8,opt,name=revoked_reason,json=revokedReason,proto3" json:"revoked_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CertInfo) Reset() {
+	*x = CertInfo{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CertInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CertInfo) ProtoMessage() {}
+
+func (x *CertInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CertInfo.ProtoReflect.Descriptor instead.
+func (*CertInfo) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *CertInfo) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *CertInfo) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *CertInfo) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *CertInfo) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CertInfo) GetIssuedUnix() int64 {
+	if x != nil {
+		return x.IssuedUnix
+	}
+	return 0
+}
+
+func (x *CertInfo) GetNotAfterUnix() int64 {
+	if x != nil {
+		return x.NotAfterUnix
+	}
+	return 0
+}
+
+func (x *CertInfo) GetRevokedUnix() int64 {
+	if x != nil {
+		return x.RevokedUnix
+	}
+	return 0
+}
+
+func (x *CertInfo) GetRevokedReason() string {
+	if x != nil {
+		return x.RevokedReason
+	}
+	return ""
+}
+
 // Verdict is one evaluation of a node's TPM-proven boot evidence against
 // its class's boot policy.
 type Verdict struct {
@@ -3038,7 +3240,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3050,7 +3252,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[46]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3063,7 +3265,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{46}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *Verdict) GetTimeUnixNano() int64 {
@@ -3139,7 +3341,7 @@ type FailedRule struct {
 
 func (x *FailedRule) Reset() {
 	*x = FailedRule{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3353,7 @@ func (x *FailedRule) String() string {
 func (*FailedRule) ProtoMessage() {}
 
 func (x *FailedRule) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[47]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3366,7 @@ func (x *FailedRule) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailedRule.ProtoReflect.Descriptor instead.
 func (*FailedRule) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{47}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *FailedRule) GetRule() string {
@@ -3190,7 +3392,7 @@ type CheckNodeRequest struct {
 
 func (x *CheckNodeRequest) Reset() {
 	*x = CheckNodeRequest{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3202,7 +3404,7 @@ func (x *CheckNodeRequest) String() string {
 func (*CheckNodeRequest) ProtoMessage() {}
 
 func (x *CheckNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[48]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3215,7 +3417,7 @@ func (x *CheckNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckNodeRequest.ProtoReflect.Descriptor instead.
 func (*CheckNodeRequest) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{48}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *CheckNodeRequest) GetNodeId() string {
@@ -3237,7 +3439,7 @@ type CheckNodeResponse struct {
 
 func (x *CheckNodeResponse) Reset() {
 	*x = CheckNodeResponse{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3249,7 +3451,7 @@ func (x *CheckNodeResponse) String() string {
 func (*CheckNodeResponse) ProtoMessage() {}
 
 func (x *CheckNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[49]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3262,7 +3464,7 @@ func (x *CheckNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckNodeResponse.ProtoReflect.Descriptor instead.
 func (*CheckNodeResponse) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{49}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *CheckNodeResponse) GetVerdict() *Verdict {
@@ -3295,7 +3497,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3509,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[50]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3522,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{50}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *AuditEvent) GetTimeUnix() int64 {
@@ -3371,7 +3573,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3585,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[51]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3598,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{51}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListAuditRequest) GetLimit() uint32 {
@@ -3422,7 +3624,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3434,7 +3636,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[52]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3447,7 +3649,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{52}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListAuditResponse) GetEvents() []*AuditEvent {
@@ -3686,7 +3888,24 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\rR\x05limit\"O\n" +
 	"\x14ListVerdictsResponse\x127\n" +
-	"\bverdicts\x18\x01 \x03(\v2\x1b.nodetrust.admin.v1.VerdictR\bverdicts\"\xaf\x02\n" +
+	"\bverdicts\x18\x01 \x03(\v2\x1b.nodetrust.admin.v1.VerdictR\bverdicts\"A\n" +
+	"\x10ListCertsRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\rR\x05limit\"G\n" +
+	"\x11ListCertsResponse\x122\n" +
+	"\x05certs\x18\x01 \x03(\v2\x1c.nodetrust.admin.v1.CertInfoR\x05certs\"\x80\x02\n" +
+	"\bCertInfo\x12\x16\n" +
+	"\x06serial\x18\x01 \x01(\tR\x06serial\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x12\x12\n" +
+	"\x04kind\x18\x04 \x01(\tR\x04kind\x12\x1f\n" +
+	"\vissued_unix\x18\x05 \x01(\x03R\n" +
+	"issuedUnix\x12$\n" +
+	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix\x12!\n" +
+	"\frevoked_unix\x18\a \x01(\x03R\vrevokedUnix\x12%\n" +
+	"\x0erevoked_reason\x18\b \x01(\tR\rrevokedReason\"\xaf\x02\n" +
 	"\aVerdict\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x14\n" +
 	"\x05stage\x18\x02 \x01(\tR\x05stage\x12\x14\n" +
@@ -3717,7 +3936,7 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\rR\x05limit\x12\x18\n" +
 	"\asubject\x18\x02 \x01(\tR\asubject\"K\n" +
 	"\x11ListAuditResponse\x126\n" +
-	"\x06events\x18\x01 \x03(\v2\x1e.nodetrust.admin.v1.AuditEventR\x06events2\x80\x0f\n" +
+	"\x06events\x18\x01 \x03(\v2\x1e.nodetrust.admin.v1.AuditEventR\x06events2\xda\x0f\n" +
 	"\x05Admin\x12^\n" +
 	"\vCreateToken\x12&.nodetrust.admin.v1.CreateTokenRequest\x1a'.nodetrust.admin.v1.CreateTokenResponse\x12[\n" +
 	"\n" +
@@ -3742,6 +3961,7 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\x0eTransitionNode\x12).nodetrust.admin.v1.TransitionNodeRequest\x1a*.nodetrust.admin.v1.TransitionNodeResponse\x12^\n" +
 	"\vNodeHistory\x12&.nodetrust.admin.v1.NodeHistoryRequest\x1a'.nodetrust.admin.v1.NodeHistoryResponse\x12a\n" +
 	"\fListVerdicts\x12'.nodetrust.admin.v1.ListVerdictsRequest\x1a(.nodetrust.admin.v1.ListVerdictsResponse\x12X\n" +
+	"\tListCerts\x12$.nodetrust.admin.v1.ListCertsRequest\x1a%.nodetrust.admin.v1.ListCertsResponse\x12X\n" +
 	"\tCheckNode\x12$.nodetrust.admin.v1.CheckNodeRequest\x1a%.nodetrust.admin.v1.CheckNodeResponse\x12X\n" +
 	"\tListAudit\x12$.nodetrust.admin.v1.ListAuditRequest\x1a%.nodetrust.admin.v1.ListAuditResponseB,Z*github.com/nodetrust/nodetrust/api/adminv1b\x06proto3"
 
@@ -3757,7 +3977,7 @@ func file_nodetrust_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_nodetrust_admin_v1_admin_proto_rawDescData
 }
 
-var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*CreateTokenRequest)(nil),       // 0: nodetrust.admin.v1.CreateTokenRequest
 	(*CreateTokenResponse)(nil),      // 1: nodetrust.admin.v1.CreateTokenResponse
@@ -3805,13 +4025,16 @@ var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*NodeHistoryResponse)(nil),      // 43: nodetrust.admin.v1.NodeHistoryResponse
 	(*ListVerdictsRequest)(nil),      // 44: nodetrust.admin.v1.ListVerdictsRequest
 	(*ListVerdictsResponse)(nil),     // 45: nodetrust.admin.v1.ListVerdictsResponse
-	(*Verdict)(nil),                  // 46: nodetrust.admin.v1.Verdict
-	(*FailedRule)(nil),               // 47: nodetrust.admin.v1.FailedRule
-	(*CheckNodeRequest)(nil),         // 48: nodetrust.admin.v1.CheckNodeRequest
-	(*CheckNodeResponse)(nil),        // 49: nodetrust.admin.v1.CheckNodeResponse
-	(*AuditEvent)(nil),               // 50: nodetrust.admin.v1.AuditEvent
-	(*ListAuditRequest)(nil),         // 51: nodetrust.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 52: nodetrust.admin.v1.ListAuditResponse
+	(*ListCertsRequest)(nil),         // 46: nodetrust.admin.v1.ListCertsRequest
+	(*ListCertsResponse)(nil),        // 47: nodetrust.admin.v1.ListCertsResponse
+	(*CertInfo)(nil),                 // 48: nodetrust.admin.v1.CertInfo
+	(*Verdict)(nil),                  // 49: nodetrust.admin.v1.Verdict
+	(*FailedRule)(nil),               // 50: nodetrust.admin.v1.FailedRule
+	(*CheckNodeRequest)(nil),         // 51: nodetrust.admin.v1.CheckNodeRequest
+	(*CheckNodeResponse)(nil),        // 52: nodetrust.admin.v1.CheckNodeResponse
+	(*AuditEvent)(nil),               // 53: nodetrust.admin.v1.AuditEvent
+	(*ListAuditRequest)(nil),         // 54: nodetrust.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 55: nodetrust.admin.v1.ListAuditResponse
 }
 var file_nodetrust_admin_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: nodetrust.admin.v1.CreateTokenResponse.info:type_name -> nodetrust.admin.v1.Token
@@ -3829,55 +4052,58 @@ var file_nodetrust_admin_v1_admin_proto_depIdxs = []int32{
 	36, // 12: nodetrust.admin.v1.ListClaimsResponse.claims:type_name -> nodetrust.admin.v1.Claim
 	5,  // 13: nodetrust.admin.v1.TransitionNodeResponse.node:type_name -> nodetrust.admin.v1.Node
 	41, // 14: nodetrust.admin.v1.NodeHistoryResponse.changes:type_name -> nodetrust.admin.v1.StateChange
-	46, // 15: nodetrust.admin.v1.ListVerdictsResponse.verdicts:type_name -> nodetrust.admin.v1.Verdict
-	47, // 16: nodetrust.admin.v1.Verdict.failed:type_name -> nodetrust.admin.v1.FailedRule
-	46, // 17: nodetrust.admin.v1.CheckNodeResponse.verdict:type_name -> nodetrust.admin.v1.Verdict
-	50, // 18: nodetrust.admin.v1.ListAuditResponse.events:type_name -> nodetrust.admin.v1.AuditEvent
-	0,  // 19: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
-	3,  // 20: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
-	6,  // 21: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
-	8,  // 22: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
-	10, // 23: nodetrust.admin.v1.Admin.RevokeNode:input_type -> nodetrust.admin.v1.RevokeNodeRequest
-	12, // 24: nodetrust.admin.v1.Admin.DeleteNode:input_type -> nodetrust.admin.v1.DeleteNodeRequest
-	14, // 25: nodetrust.admin.v1.Admin.ApproveNode:input_type -> nodetrust.admin.v1.ApproveNodeRequest
-	17, // 26: nodetrust.admin.v1.Admin.ListPending:input_type -> nodetrust.admin.v1.ListPendingRequest
-	20, // 27: nodetrust.admin.v1.Admin.CreateAdmin:input_type -> nodetrust.admin.v1.CreateAdminRequest
-	22, // 28: nodetrust.admin.v1.Admin.ListAdmins:input_type -> nodetrust.admin.v1.ListAdminsRequest
-	24, // 29: nodetrust.admin.v1.Admin.RevokeAdmin:input_type -> nodetrust.admin.v1.RevokeAdminRequest
-	26, // 30: nodetrust.admin.v1.Admin.ApplyInventory:input_type -> nodetrust.admin.v1.ApplyInventoryRequest
-	31, // 31: nodetrust.admin.v1.Admin.ListDeclarations:input_type -> nodetrust.admin.v1.ListDeclarationsRequest
-	34, // 32: nodetrust.admin.v1.Admin.ListChanges:input_type -> nodetrust.admin.v1.ListChangesRequest
-	37, // 33: nodetrust.admin.v1.Admin.ListClaims:input_type -> nodetrust.admin.v1.ListClaimsRequest
-	39, // 34: nodetrust.admin.v1.Admin.TransitionNode:input_type -> nodetrust.admin.v1.TransitionNodeRequest
-	42, // 35: nodetrust.admin.v1.Admin.NodeHistory:input_type -> nodetrust.admin.v1.NodeHistoryRequest
-	44, // 36: nodetrust.admin.v1.Admin.ListVerdicts:input_type -> nodetrust.admin.v1.ListVerdictsRequest
-	48, // 37: nodetrust.admin.v1.Admin.CheckNode:input_type -> nodetrust.admin.v1.CheckNodeRequest
-	51, // 38: nodetrust.admin.v1.Admin.ListAudit:input_type -> nodetrust.admin.v1.ListAuditRequest
-	1,  // 39: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
-	4,  // 40: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
-	7,  // 41: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
-	9,  // 42: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
-	11, // 43: nodetrust.admin.v1.Admin.RevokeNode:output_type -> nodetrust.admin.v1.RevokeNodeResponse
-	13, // 44: nodetrust.admin.v1.Admin.DeleteNode:output_type -> nodetrust.admin.v1.DeleteNodeResponse
-	15, // 45: nodetrust.admin.v1.Admin.ApproveNode:output_type -> nodetrust.admin.v1.ApproveNodeResponse
-	18, // 46: nodetrust.admin.v1.Admin.ListPending:output_type -> nodetrust.admin.v1.ListPendingResponse
-	21, // 47: nodetrust.admin.v1.Admin.CreateAdmin:output_type -> nodetrust.admin.v1.CreateAdminResponse
-	23, // 48: nodetrust.admin.v1.Admin.ListAdmins:output_type -> nodetrust.admin.v1.ListAdminsResponse
-	25, // 49: nodetrust.admin.v1.Admin.RevokeAdmin:output_type -> nodetrust.admin.v1.RevokeAdminResponse
-	29, // 50: nodetrust.admin.v1.Admin.ApplyInventory:output_type -> nodetrust.admin.v1.ApplyInventoryResponse
-	32, // 51: nodetrust.admin.v1.Admin.ListDeclarations:output_type -> nodetrust.admin.v1.ListDeclarationsResponse
-	35, // 52: nodetrust.admin.v1.Admin.ListChanges:output_type -> nodetrust.admin.v1.ListChangesResponse
-	38, // 53: nodetrust.admin.v1.Admin.ListClaims:output_type -> nodetrust.admin.v1.ListClaimsResponse
-	40, // 54: nodetrust.admin.v1.Admin.TransitionNode:output_type -> nodetrust.admin.v1.TransitionNodeResponse
-	43, // 55: nodetrust.admin.v1.Admin.NodeHistory:output_type -> nodetrust.admin.v1.NodeHistoryResponse
-	45, // 56: nodetrust.admin.v1.Admin.ListVerdicts:output_type -> nodetrust.admin.v1.ListVerdictsResponse
-	49, // 57: nodetrust.admin.v1.Admin.CheckNode:output_type -> nodetrust.admin.v1.CheckNodeResponse
-	52, // 58: nodetrust.admin.v1.Admin.ListAudit:output_type -> nodetrust.admin.v1.ListAuditResponse
-	39, // [39:59] is the sub-list for method output_type
-	19, // [19:39] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	49, // 15: nodetrust.admin.v1.ListVerdictsResponse.verdicts:type_name -> nodetrust.admin.v1.Verdict
+	48, // 16: nodetrust.admin.v1.ListCertsResponse.certs:type_name -> nodetrust.admin.v1.CertInfo
+	50, // 17: nodetrust.admin.v1.Verdict.failed:type_name -> nodetrust.admin.v1.FailedRule
+	49, // 18: nodetrust.admin.v1.CheckNodeResponse.verdict:type_name -> nodetrust.admin.v1.Verdict
+	53, // 19: nodetrust.admin.v1.ListAuditResponse.events:type_name -> nodetrust.admin.v1.AuditEvent
+	0,  // 20: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
+	3,  // 21: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
+	6,  // 22: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
+	8,  // 23: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
+	10, // 24: nodetrust.admin.v1.Admin.RevokeNode:input_type -> nodetrust.admin.v1.RevokeNodeRequest
+	12, // 25: nodetrust.admin.v1.Admin.DeleteNode:input_type -> nodetrust.admin.v1.DeleteNodeRequest
+	14, // 26: nodetrust.admin.v1.Admin.ApproveNode:input_type -> nodetrust.admin.v1.ApproveNodeRequest
+	17, // 27: nodetrust.admin.v1.Admin.ListPending:input_type -> nodetrust.admin.v1.ListPendingRequest
+	20, // 28: nodetrust.admin.v1.Admin.CreateAdmin:input_type -> nodetrust.admin.v1.CreateAdminRequest
+	22, // 29: nodetrust.admin.v1.Admin.ListAdmins:input_type -> nodetrust.admin.v1.ListAdminsRequest
+	24, // 30: nodetrust.admin.v1.Admin.RevokeAdmin:input_type -> nodetrust.admin.v1.RevokeAdminRequest
+	26, // 31: nodetrust.admin.v1.Admin.ApplyInventory:input_type -> nodetrust.admin.v1.ApplyInventoryRequest
+	31, // 32: nodetrust.admin.v1.Admin.ListDeclarations:input_type -> nodetrust.admin.v1.ListDeclarationsRequest
+	34, // 33: nodetrust.admin.v1.Admin.ListChanges:input_type -> nodetrust.admin.v1.ListChangesRequest
+	37, // 34: nodetrust.admin.v1.Admin.ListClaims:input_type -> nodetrust.admin.v1.ListClaimsRequest
+	39, // 35: nodetrust.admin.v1.Admin.TransitionNode:input_type -> nodetrust.admin.v1.TransitionNodeRequest
+	42, // 36: nodetrust.admin.v1.Admin.NodeHistory:input_type -> nodetrust.admin.v1.NodeHistoryRequest
+	44, // 37: nodetrust.admin.v1.Admin.ListVerdicts:input_type -> nodetrust.admin.v1.ListVerdictsRequest
+	46, // 38: nodetrust.admin.v1.Admin.ListCerts:input_type -> nodetrust.admin.v1.ListCertsRequest
+	51, // 39: nodetrust.admin.v1.Admin.CheckNode:input_type -> nodetrust.admin.v1.CheckNodeRequest
+	54, // 40: nodetrust.admin.v1.Admin.ListAudit:input_type -> nodetrust.admin.v1.ListAuditRequest
+	1,  // 41: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
+	4,  // 42: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
+	7,  // 43: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
+	9,  // 44: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
+	11, // 45: nodetrust.admin.v1.Admin.RevokeNode:output_type -> nodetrust.admin.v1.RevokeNodeResponse
+	13, // 46: nodetrust.admin.v1.Admin.DeleteNode:output_type -> nodetrust.admin.v1.DeleteNodeResponse
+	15, // 47: nodetrust.admin.v1.Admin.ApproveNode:output_type -> nodetrust.admin.v1.ApproveNodeResponse
+	18, // 48: nodetrust.admin.v1.Admin.ListPending:output_type -> nodetrust.admin.v1.ListPendingResponse
+	21, // 49: nodetrust.admin.v1.Admin.CreateAdmin:output_type -> nodetrust.admin.v1.CreateAdminResponse
+	23, // 50: nodetrust.admin.v1.Admin.ListAdmins:output_type -> nodetrust.admin.v1.ListAdminsResponse
+	25, // 51: nodetrust.admin.v1.Admin.RevokeAdmin:output_type -> nodetrust.admin.v1.RevokeAdminResponse
+	29, // 52: nodetrust.admin.v1.Admin.ApplyInventory:output_type -> nodetrust.admin.v1.ApplyInventoryResponse
+	32, // 53: nodetrust.admin.v1.Admin.ListDeclarations:output_type -> nodetrust.admin.v1.ListDeclarationsResponse
+	35, // 54: nodetrust.admin.v1.Admin.ListChanges:output_type -> nodetrust.admin.v1.ListChangesResponse
+	38, // 55: nodetrust.admin.v1.Admin.ListClaims:output_type -> nodetrust.admin.v1.ListClaimsResponse
+	40, // 56: nodetrust.admin.v1.Admin.TransitionNode:output_type -> nodetrust.admin.v1.TransitionNodeResponse
+	43, // 57: nodetrust.admin.v1.Admin.NodeHistory:output_type -> nodetrust.admin.v1.NodeHistoryResponse
+	45, // 58: nodetrust.admin.v1.Admin.ListVerdicts:output_type -> nodetrust.admin.v1.ListVerdictsResponse
+	47, // 59: nodetrust.admin.v1.Admin.ListCerts:output_type -> nodetrust.admin.v1.ListCertsResponse
+	52, // 60: nodetrust.admin.v1.Admin.CheckNode:output_type -> nodetrust.admin.v1.CheckNodeResponse
+	55, // 61: nodetrust.admin.v1.Admin.ListAudit:output_type -> nodetrust.admin.v1.ListAuditResponse
+	41, // [41:62] is the sub-list for method output_type
+	20, // [20:41] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_admin_v1_admin_proto_init() }
@@ -3891,7 +4117,7 @@ func file_nodetrust_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_admin_v1_admin_proto_rawDesc), len(file_nodetrust_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   53,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

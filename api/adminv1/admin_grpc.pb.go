@@ -43,6 +43,7 @@ const (
 	Admin_TransitionNode_FullMethodName   = "/nodetrust.admin.v1.Admin/TransitionNode"
 	Admin_NodeHistory_FullMethodName      = "/nodetrust.admin.v1.Admin/NodeHistory"
 	Admin_ListVerdicts_FullMethodName     = "/nodetrust.admin.v1.Admin/ListVerdicts"
+	Admin_ListCerts_FullMethodName        = "/nodetrust.admin.v1.Admin/ListCerts"
 	Admin_CheckNode_FullMethodName        = "/nodetrust.admin.v1.Admin/CheckNode"
 	Admin_ListAudit_FullMethodName        = "/nodetrust.admin.v1.Admin/ListAudit"
 )
@@ -88,6 +89,9 @@ type AdminClient interface {
 	// ListVerdicts lists a node's boot-policy verdicts, newest first
 	// (docs/boot-policy.md); auditor, operator or owner.
 	ListVerdicts(ctx context.Context, in *ListVerdictsRequest, opts ...grpc.CallOption) (*ListVerdictsResponse, error)
+	// ListCerts lists the certificates issued to a node, of every
+	// generation, revoked or not, newest first; auditor, operator or owner.
+	ListCerts(ctx context.Context, in *ListCertsRequest, opts ...grpc.CallOption) (*ListCertsResponse, error)
 	// CheckNode asks the node's live session for boot evidence now and
 	// returns the verdict; UNAVAILABLE when the node has no live session on
 	// this server or does not answer in time (not evidence: nothing
@@ -289,6 +293,16 @@ func (c *adminClient) ListVerdicts(ctx context.Context, in *ListVerdictsRequest,
 	return out, nil
 }
 
+func (c *adminClient) ListCerts(ctx context.Context, in *ListCertsRequest, opts ...grpc.CallOption) (*ListCertsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListCertsResponse)
+	err := c.cc.Invoke(ctx, Admin_ListCerts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) CheckNode(ctx context.Context, in *CheckNodeRequest, opts ...grpc.CallOption) (*CheckNodeResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CheckNodeResponse)
@@ -350,6 +364,9 @@ type AdminServer interface {
 	// ListVerdicts lists a node's boot-policy verdicts, newest first
 	// (docs/boot-policy.md); auditor, operator or owner.
 	ListVerdicts(context.Context, *ListVerdictsRequest) (*ListVerdictsResponse, error)
+	// ListCerts lists the certificates issued to a node, of every
+	// generation, revoked or not, newest first; auditor, operator or owner.
+	ListCerts(context.Context, *ListCertsRequest) (*ListCertsResponse, error)
 	// CheckNode asks the node's live session for boot evidence now and
 	// returns the verdict; UNAVAILABLE when the node has no live session on
 	// this server or does not answer in time (not evidence: nothing
@@ -421,6 +438,9 @@ func (UnimplementedAdminServer) NodeHistory(context.Context, *NodeHistoryRequest
 }
 func (UnimplementedAdminServer) ListVerdicts(context.Context, *ListVerdictsRequest) (*ListVerdictsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListVerdicts not implemented")
+}
+func (UnimplementedAdminServer) ListCerts(context.Context, *ListCertsRequest) (*ListCertsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ListCerts not implemented")
 }
 func (UnimplementedAdminServer) CheckNode(context.Context, *CheckNodeRequest) (*CheckNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CheckNode not implemented")
@@ -762,6 +782,24 @@ func _Admin_ListVerdicts_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_ListCerts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListCertsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).ListCerts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_ListCerts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).ListCerts(ctx, req.(*ListCertsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_CheckNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CheckNodeRequest)
 	if err := dec(in); err != nil {
@@ -872,6 +910,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListVerdicts",
 			Handler:    _Admin_ListVerdicts_Handler,
+		},
+		{
+			MethodName: "ListCerts",
+			Handler:    _Admin_ListCerts_Handler,
 		},
 		{
 			MethodName: "CheckNode",

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,6 +82,10 @@ func TestConsole(t *testing.T) {
 		if text := read(t, ctx, chromedp.Text(chromedp.CSS("dl.claimed"))); !strings.Contains(text, xssHostname) {
 			t.Errorf("the node page does not show the hostname as text: %q", text)
 		}
+		// A node that never renewed has one certificate: its join's.
+		if rows := certRows(t, ctx); len(rows) != 1 || !strings.Contains(rows[0], "(current)") || !strings.Contains(rows[0], " join ") {
+			t.Errorf("the certificates of %s read %q, want its one join certificate, current", hostileID, rows)
+		}
 	})
 
 	t.Run("a form without its CSRF token is refused", func(t *testing.T) {
@@ -106,6 +111,18 @@ func TestConsole(t *testing.T) {
 	t.Run("a quarantine released from the console reaches the store and the node renews", func(t *testing.T) {
 		browse(t, ctx, chromedp.Navigate(owner.base+"/nodes/"+webID), chromedp.WaitVisible(chromedp.CSS("#identity")))
 		screenshot(t, ctx, "node")
+		// The node renewed before its quarantine: its renewed certificate
+		// is current and listed first, its join certificate last.
+		rows := certRows(t, ctx)
+		if len(rows) < 2 || !strings.Contains(rows[0], "(current)") || !strings.Contains(rows[0], " renew ") ||
+			!strings.Contains(rows[len(rows)-1], " join ") || strings.Count(strings.Join(rows, "\n"), "(current)") != 1 {
+			t.Errorf("the certificates of %s read %q, want the current renewal first and the join last", webID, rows)
+		}
+		// The auditor reads the same list with the CLI.
+		if out := cp.mustFleetd(t, auditor, "nodes", "certs", webID).stdout; strings.Count(out, "\n") != len(rows)+1 ||
+			!strings.Contains(out, " renew ") || !strings.Contains(out, " join ") {
+			t.Errorf("fleetd nodes certs %s printed %q, want a header and %d certificates", webID, out, len(rows))
+		}
 		// The boot-check section asked ListVerdicts: a token node has none.
 		if v := read(t, ctx, chromedp.Text(chromedp.CSS(`section[aria-labelledby="verdicts"]`))); !strings.Contains(v, "no boot check recorded for this node yet") {
 			t.Errorf("the node page's boot checks read %q, want the store's empty history", v)
@@ -228,4 +245,10 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// certRows is the text of each row of the node page's certificate table.
+func certRows(t *testing.T, ctx context.Context) []string {
+	t.Helper()
+	return read(t, ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("table.certs tbody tr")].map(r => r.innerText.replace(/\s+/g, " "))`))
 }

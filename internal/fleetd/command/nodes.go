@@ -13,7 +13,7 @@ import (
 
 func nodesCommand() *cobra.Command {
 	c := &cobra.Command{Use: "nodes", Aliases: []string{"node"}, Short: "List and show nodes, and change their lifecycle state"}
-	c.AddCommand(nodesListCommand(), nodesShowCommand(), nodesRevokeCommand(), nodesDeleteCommand(), nodesApproveCommand(), nodesPendingCommand(), nodesHistoryCommand(), nodesVerdictsCommand(), nodesCheckCommand())
+	c.AddCommand(nodesListCommand(), nodesShowCommand(), nodesRevokeCommand(), nodesDeleteCommand(), nodesApproveCommand(), nodesPendingCommand(), nodesHistoryCommand(), nodesVerdictsCommand(), nodesCertsCommand(), nodesCheckCommand())
 	c.AddCommand(transitionCommands()...)
 	return c
 }

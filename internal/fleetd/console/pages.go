@@ -202,6 +202,8 @@ type nodeView struct {
 	Changes     []*adminv1.FieldChange
 	Verdicts    []Verdict
 	VerdictNote string
+	Certs       []certRow
+	CertNote    string
 	Actions     []action
 	Errors      []string
 }
@@ -252,6 +254,9 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request, s *session) {
 		v.Changes = ch.Changes
 	}
 	v.Verdicts, v.VerdictNote = c.verdicts(ctx, id)
+	if v.Node != nil {
+		v.Certs, v.CertNote = c.certs(ctx, id, v.Node.CertSerial, c.cfg.Now())
+	}
 	v.Actions = c.actionsFor(v.Row.State.Name, v.Node != nil)
 	c.render(w, http.StatusOK, s, "node", "Node "+id, "fleet", v)
 }

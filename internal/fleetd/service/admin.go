@@ -62,6 +62,7 @@ var adminActions = map[string]func(req any) roles.Action{
 	"ListClaims":       fixed(roles.ReadFleet),
 	"NodeHistory":      fixed(roles.ReadFleet),
 	"ListVerdicts":     fixed(roles.ReadFleet),
+	"ListCerts":        fixed(roles.ReadFleet),
 	"CheckNode":        fixed(roles.Lifecycle),
 	"ListAudit":        fixed(roles.ReadFleet),
 	"ApplyInventory": func(req any) roles.Action {

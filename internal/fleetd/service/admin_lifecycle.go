@@ -424,6 +424,29 @@ func (a *adminService) ListVerdicts(ctx context.Context, req *adminv1.ListVerdic
 	return out, nil
 }
 
+// maxCertsListed bounds a ListCerts answer.
+const maxCertsListed = 1000
+
+func (a *adminService) ListCerts(ctx context.Context, req *adminv1.ListCertsRequest) (*adminv1.ListCertsResponse, error) {
+	if req.NodeId == "" {
+		return nil, refused(codes.InvalidArgument, "name the node whose certificates to list")
+	}
+	limit := int(min(req.Limit, maxCertsListed))
+	if limit == 0 {
+		limit = 100
+	}
+	cs, err := a.s.cfg.Store.ListCerts(ctx, req.NodeId, limit)
+	if err != nil {
+		return nil, storeFailure("certificates of node "+req.NodeId, err)
+	}
+	out := &adminv1.ListCertsResponse{}
+	for _, c := range cs {
+		out.Certs = append(out.Certs, &adminv1.CertInfo{Serial: c.Serial, NodeId: c.NodeID, Generation: c.Generation, Kind: c.Kind,
+			IssuedUnix: unix(c.IssuedAt), NotAfterUnix: unix(c.NotAfter), RevokedUnix: unix(c.RevokedAt), RevokedReason: c.RevokedReason})
+	}
+	return out, nil
+}
+
 // verdictInfo is a stored verdict on the wire.
 func verdictInfo(v store.Verdict) *adminv1.Verdict {
 	out := &adminv1.Verdict{NodeId: v.NodeID, TimeUnixNano: v.Time.UnixNano(), Stage: v.Stage, Class: v.Class, Passed: v.Passed,

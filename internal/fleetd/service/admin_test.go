@@ -59,6 +59,10 @@ var adminCalls = []struct {
 		_, err := c.ListAudit(ctx, &adminv1.ListAuditRequest{Limit: 5})
 		return err
 	}},
+	{"ListCerts", func(ctx context.Context, c adminv1.AdminClient) error {
+		_, err := c.ListCerts(ctx, &adminv1.ListCertsRequest{NodeId: "web"})
+		return err
+	}},
 }
 
 func TestAdminNeedsTheAdminCertificate(t *testing.T) {
@@ -289,6 +293,7 @@ func TestAdminStoreFailures(t *testing.T) {
 		{"ApproveNode", "ApprovePending", "approve node web"},
 		{"ListPending", "ListPending", "list pending joins"},
 		{"ListAudit", "ListAudit", "list audit"},
+		{"ListCerts", "ListCerts", "certificates of node web"},
 	}
 	e := newEnv(t)
 	n := e.newNode(t, "web")

@@ -222,6 +222,10 @@ type Store interface {
 	GetCert(ctx context.Context, serial string) (Cert, error)
 	// CountCerts counts the certificates of a node issued at or after since.
 	CountCerts(ctx context.Context, nodeID string, since time.Time) (int, error)
+	// ListCerts returns at most limit certificates issued to the node, of
+	// every generation, revoked or not, newest first (by issue time, then
+	// serial); none for an unknown node. A limit below 1 is refused.
+	ListCerts(ctx context.Context, nodeID string, limit int) ([]Cert, error)
 	// RenewalTimes returns the IssuedAt times of the node's certificates of
 	// kind "renew" issued at or after since, oldest first.
 	RenewalTimes(ctx context.Context, nodeID string, since time.Time) ([]time.Time, error)

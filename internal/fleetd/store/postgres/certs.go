@@ -176,3 +176,32 @@ func (d *DB) RenewalTimes(ctx context.Context, nodeID string, since time.Time) (
 	}
 	return times, nil
 }
+
+// ListCerts returns at most limit certificates of the node, of every
+// generation, revoked or not, newest first; none for an unknown node. The
+// certs_node_issued index serves it.
+func (d *DB) ListCerts(ctx context.Context, nodeID string, limit int) ([]store.Cert, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("list certificates of node %q: limit %d is not positive", nodeID, limit)
+	}
+	rows, err := d.pool.Query(ctx, `SELECT `+certColumns+` FROM certs
+		WHERE node_id = $1 ORDER BY issued_at DESC NULLS LAST, serial DESC LIMIT $2`, nodeID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, wrap(err))
+	}
+	certs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Cert, error) {
+		var (
+			c                         store.Cert
+			g                         int64
+			issued, notAfter, revoked *time.Time
+		)
+		err := r.Scan(&c.Serial, &c.NodeID, &g, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason)
+		c.Generation = uint64(g)
+		c.IssuedAt, c.NotAfter, c.RevokedAt = fromTS(issued), fromTS(notAfter), fromTS(revoked)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, wrap(err))
+	}
+	return certs, nil
+}

@@ -21,6 +21,9 @@ var (
 	qGetCert        = newReadQuery(`SELECT ` + certColumns + ` FROM certs WHERE serial = ?`)
 	qCountCerts     = newReadQuery(`SELECT count(*) FROM certs
 		WHERE node_id = ?1 AND (?2 IS NULL OR issued_at >= ?2)`)
+	// qListCerts walks the certs_node_issued index backwards.
+	qListCerts = newReadQuery(`SELECT ` + certColumns + ` FROM certs
+		WHERE node_id = ? ORDER BY issued_at DESC, serial DESC LIMIT ?`)
 	qRenewalTimes = newReadQuery(`SELECT issued_at FROM certs
 		WHERE node_id = ?1 AND kind = 'renew' AND (?2 IS NULL OR issued_at >= ?2)
 		ORDER BY issued_at NULLS FIRST, serial`)
@@ -255,4 +258,35 @@ func (d *DB) RenewalTimes(ctx context.Context, nodeID string, since time.Time) (
 		return nil, fmt.Errorf("renewal times of node %q: %w", nodeID, err)
 	}
 	return ts, nil
+}
+
+// ListCerts returns at most limit certificates of the node, of every
+// generation, revoked or not, newest first; none for an unknown node.
+func (d *DB) ListCerts(ctx context.Context, nodeID string, limit int) ([]store.Cert, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("list certificates of node %q: limit %d is not positive", nodeID, limit)
+	}
+	rows, err := d.query(ctx, qListCerts, nodeID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, err)
+	}
+	defer rows.Close()
+	var certs []store.Cert
+	for rows.Next() {
+		var (
+			c                         store.Cert
+			gen                       int64
+			issued, notAfter, revoked sql.NullInt64
+		)
+		if err := rows.Scan(&c.Serial, &c.NodeID, &gen, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason); err != nil {
+			return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, err)
+		}
+		c.Generation = uint64(gen)
+		c.IssuedAt, c.NotAfter, c.RevokedAt = fromNanos(issued), fromNanos(notAfter), fromNanos(revoked)
+		certs = append(certs, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, err)
+	}
+	return certs, nil
 }

@@ -213,6 +213,14 @@ func (f *Store) CountCerts(ctx context.Context, nodeID string, since time.Time) 
 	return f.Store.CountCerts(ctx, nodeID, since)
 }
 
+// ListCerts implements store.Store.
+func (f *Store) ListCerts(ctx context.Context, nodeID string, limit int) ([]store.Cert, error) {
+	if err := f.enter(ctx, "ListCerts"); err != nil {
+		return nil, err
+	}
+	return f.Store.ListCerts(ctx, nodeID, limit)
+}
+
 // RecordRenewalLimited implements store.Store.
 func (f *Store) RecordRenewalLimited(ctx context.Context, c store.Cert, limit store.RenewalLimit, audit *store.AuditEvent) error {
 	if err := f.enter(ctx, "RecordRenewalLimited"); err != nil {

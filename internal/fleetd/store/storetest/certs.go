@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -131,6 +132,63 @@ var certCases = []testCase{
 		}
 		if n, err := s.CountCerts(ctx, "node-1", at(0)); err != nil || n != 4 {
 			t.Errorf("CountCerts after revocation = %d, %v; want 4", n, err)
+		}
+	}},
+	{"a node's certificates are listed newest first, across generations, within the limit", func(t *testing.T, s store.Store) {
+		ctx := t.Context()
+		j := newJoin("", "node-1", "s1", at(0))
+		mustJoin(t, s, j)
+		mustJoin(t, s, newJoin("", "node-2", "t1", at(0)))
+		r1 := newCert("s2", "node-1", 1, "renew", at(10*time.Minute))
+		r2 := newCert("s3", "node-1", 1, "renew", at(20*time.Minute))
+		// Recorded out of time order, so that insertion order is not the
+		// answer.
+		for _, c := range []store.Cert{r2, r1, newCert("t2", "node-2", 1, "renew", at(15*time.Minute))} {
+			if err := s.RecordRenewal(ctx, c, nil); err != nil {
+				t.Fatalf("RecordRenewal(%s): %v", c.Serial, err)
+			}
+		}
+		if _, _, err := s.RevokeNode(ctx, "node-1", "compromised", at(30*time.Minute), nil); err != nil {
+			t.Fatalf("RevokeNode: %v", err)
+		}
+		reclaim := store.Join{
+			Now:     at(40 * time.Minute),
+			Node:    newNode("node-1", 3, "s4", at(40*time.Minute)),
+			Reclaim: true,
+			Cert:    newCert("s4", "node-1", 3, "join", at(40*time.Minute)),
+		}
+		mustJoin(t, s, reclaim)
+		revoked := func(c store.Cert) store.Cert {
+			c.RevokedAt, c.RevokedReason = at(30*time.Minute), "compromised"
+			return c
+		}
+		all := []store.Cert{reclaim.Cert, revoked(r2), revoked(r1), revoked(j.Cert)}
+		norm := func(cs []store.Cert) []store.Cert {
+			out := []store.Cert{}
+			for _, c := range cs {
+				out = append(out, normCert(c))
+			}
+			return out
+		}
+		for _, q := range []struct {
+			node  string
+			limit int
+			want  []store.Cert
+		}{
+			{"node-1", 100, all},
+			{"node-1", 4, all},
+			{"node-1", 2, all[:2]},
+			{"node-1", 1, all[:1]},
+			{"node-9", 10, nil},
+		} {
+			got, err := s.ListCerts(ctx, q.node, q.limit)
+			if err != nil {
+				t.Fatalf("ListCerts(%s, %d): %v", q.node, q.limit, err)
+			}
+			wantEqual(t, fmt.Sprintf("ListCerts(%s, %d)", q.node, q.limit), norm, got, q.want)
+		}
+		if _, err := s.ListCerts(ctx, "node-1", 0); err == nil {
+			t.Errorf("ListCerts with limit 0 succeeded; want an error")
 		}
 	}},
 	{"renewal times are the renew certificates' issue times from a time on, oldest first", func(t *testing.T, s store.Store) {
