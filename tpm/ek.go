@@ -460,18 +460,13 @@ func (t *TPM) EKCertificates(ctx context.Context) (map[uint32][]byte, error) {
 		if !defined[idx] {
 			continue
 		}
-		pub, name, err := nvReadPublic(tr, idx)
-		if errors.Is(err, errNVAbsent) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		data, err := t.nvRead(tr, idx, pub, name)
+		data, err := t.readNVIndex(tr, idx)
 		if err != nil {
 			return nil, fmt.Errorf("read the %s EK certificate: %w", k, err)
 		}
-		certs[idx] = trimDER(data)
+		if data != nil {
+			certs[idx] = trimDER(data)
+		}
 	}
 	chain, err := definedNV(tr, EKChainIndexFirst, EKChainIndexLast)
 	if err != nil {
@@ -483,20 +478,28 @@ func (t *TPM) EKCertificates(ctx context.Context) (map[uint32][]byte, error) {
 			continue
 		}
 		read++
-		pub, name, err := nvReadPublic(tr, idx)
-		if errors.Is(err, errNVAbsent) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		data, err := t.nvRead(tr, idx, pub, name)
+		data, err := t.readNVIndex(tr, idx)
 		if err != nil {
 			return nil, fmt.Errorf("read the EK certificate chain at %#x: %w", idx, err)
 		}
-		certs[idx] = trimTrailingPadding(data)
+		if data != nil {
+			certs[idx] = trimTrailingPadding(data)
+		}
 	}
 	return certs, nil
+}
+
+// readNVIndex reads the whole of NV index idx; nil when the index went
+// away between the listing and the read.
+func (t *TPM) readNVIndex(tr transport.TPM, idx uint32) ([]byte, error) {
+	pub, name, err := nvReadPublic(tr, idx)
+	if errors.Is(err, errNVAbsent) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t.nvRead(tr, idx, pub, name)
 }
 
 // SplitEKChain returns the DER certificates of the chain indices among

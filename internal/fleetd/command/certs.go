@@ -3,7 +3,6 @@ package command
 import (
 	"fmt"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -54,17 +53,9 @@ func printCerts(cmd *cobra.Command, cs []*adminv1.CertInfo) error {
 	for _, c := range cs {
 		revoked := "-"
 		if c.RevokedUnix != 0 {
-			revoked = unixUTC(c.RevokedUnix) + " " + c.RevokedReason
+			revoked = timeOrDash(c.RevokedUnix) + " " + c.RevokedReason
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", c.Serial, c.Generation, c.Kind, unixUTC(c.IssuedUnix), unixUTC(c.NotAfterUnix), revoked)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", c.Serial, c.Generation, c.Kind, timeOrDash(c.IssuedUnix), timeOrDash(c.NotAfterUnix), revoked)
 	}
 	return tw.Flush()
-}
-
-// unixUTC is a Unix time in RFC 3339, UTC; "-" for none.
-func unixUTC(s int64) string {
-	if s == 0 {
-		return "-"
-	}
-	return time.Unix(s, 0).UTC().Format(time.RFC3339)
 }
