@@ -48,7 +48,10 @@ type WebhookConfig struct {
 
 // Webhook posts each request as JSON to a URL; a 2xx answer is success.
 type Webhook struct {
-	url    string
+	url string
+	// where is the URL's scheme and host: what errors name, since a
+	// webhook's path or query often carries its token.
+	where  string
 	client *http.Client
 }
 
@@ -58,7 +61,9 @@ var _ Actuator = (*Webhook)(nil)
 func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	u, err := url.Parse(cfg.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("actuator webhook URL %q: want an absolute http or https URL", cfg.URL)
+		// The URL's path or query may carry the receiver's token: name
+		// none of it.
+		return nil, errors.New("actuator webhook URL: want an absolute http or https URL")
 	}
 	if u.User != nil {
 		return nil, errors.New("actuator webhook URL: put no credentials in the URL")
@@ -74,7 +79,7 @@ func NewWebhook(cfg WebhookConfig) (*Webhook, error) {
 	c.Timeout = cfg.Timeout
 	// A redirect could send node data elsewhere: follow none.
 	c.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
-	return &Webhook{url: u.String(), client: c}, nil
+	return &Webhook{url: u.String(), where: u.Scheme + "://" + u.Host, client: c}, nil
 }
 
 // Name is "webhook".
@@ -95,7 +100,12 @@ func (w *Webhook) Cordon(ctx context.Context, c Cordon) error {
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return fmt.Errorf("post the cordon of node %s: %w", c.NodeID, err)
+		// *url.Error names the whole URL: keep only the cause.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return fmt.Errorf("post the cordon of node %s to %s: %w", c.NodeID, w.where, err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))

@@ -55,12 +55,16 @@ func TestWebhookFailures(t *testing.T) {
 			t.Errorf("Cordon against a 503 = %v", err)
 		}
 	})
-	t.Run("a receiver that is gone is an error", func(t *testing.T) {
+	t.Run("a receiver that is gone is an error naming its host, not the token in its path", func(t *testing.T) {
 		srv, _ := fakeReceiver(t, http.StatusOK)
 		srv.Close()
-		w, _ := NewWebhook(WebhookConfig{URL: srv.URL})
-		if err := w.Cordon(t.Context(), Cordon{NodeID: "web-01"}); err == nil {
-			t.Error("Cordon against a closed receiver succeeded")
+		w, _ := NewWebhook(WebhookConfig{URL: srv.URL + "/hooks/s3cr3t-token?key=s3cr3t-key"})
+		err := w.Cordon(t.Context(), Cordon{NodeID: "web-01"})
+		if err == nil {
+			t.Fatal("Cordon against a closed receiver succeeded")
+		}
+		if strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), srv.Listener.Addr().String()) {
+			t.Errorf("the error %q names the URL's secret, or not its host", err)
 		}
 	})
 	t.Run("a redirect is not followed", func(t *testing.T) {
@@ -79,8 +83,11 @@ func TestWebhookFailures(t *testing.T) {
 
 func TestNewWebhookRefusesBadURLs(t *testing.T) {
 	for _, u := range []string{"", "ftp://example.org/x", "/relative", "https://user:pw@example.org/hook", "http://"} {
-		if _, err := NewWebhook(WebhookConfig{URL: u}); err == nil {
+		_, err := NewWebhook(WebhookConfig{URL: u})
+		if err == nil {
 			t.Errorf("NewWebhook(%q) succeeded", u)
+		} else if strings.Contains(err.Error(), "pw@") {
+			t.Errorf("NewWebhook(%q) = %v: the error repeats the URL's credentials", u, err)
 		}
 	}
 }
