@@ -427,8 +427,16 @@ func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.C
 			// boot: the authorities required at renewal apply.
 			stage = bootpolicy.Renewal
 		}
-	} else if decls, err := s.cfg.Inventory.ByEKPin(ctx, ch.ekPin); err == nil && len(decls) == 1 {
-		nodeID, class = decls[0].Name, decls[0].Class
+	} else {
+		// The declaration that binds the EK names the class to judge by;
+		// a source that cannot answer must not leave it to the default.
+		decls, err := s.cfg.Inventory.ByEKPin(ctx, ch.ekPin)
+		if err != nil {
+			return refuse(reasonTPMEvidence, "EK %s: the inventory source cannot say which class's boot policy applies: %v", ch.ekPin, err)
+		}
+		if len(decls) == 1 {
+			nodeID, class = decls[0].Name, decls[0].Class
+		}
 	}
 	class = classOf(class)
 	pcrs := make(map[int][]byte, len(a.Pcrs))
