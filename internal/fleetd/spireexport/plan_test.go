@@ -1,6 +1,7 @@
 package spireexport
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -158,16 +159,22 @@ func (r *recorder) Record(_ context.Context, run export.Run) error {
 func TestRunHoldsBeforeAskingSPIRE(t *testing.T) {
 	empty, emptyDigest := envelope(t, doc(nil, "old"))
 	good, _ := envelope(t, doc([]string{"a"}))
-	tampered := []byte(strings.Replace(string(good), `"node_id":"a"`, `"node_id":"b"`, 1))
+	// A generation is a field the document's own checks accept whatever
+	// its value: only the digest tells this document was changed.
+	tampered := []byte(strings.Replace(string(good), `"generation":1`, `"generation":2`, 1))
+	if bytes.Equal(tampered, good) {
+		t.Fatal("the test's tampering changed nothing")
+	}
 	for _, c := range []struct {
 		name   string
 		data   []byte
 		reason string
 		digest string
+		held   string // in the recorded Held text
 	}{
-		{"malformed", []byte(`{"version":1,"digest":`), export.HeldMalformed, ""},
-		{"unverifiable", tampered, export.HeldMalformed, ""},
-		{"empty device list", empty, export.HeldEmpty, emptyDigest},
+		{"malformed", []byte(`{"version":1,"digest":`), export.HeldMalformed, "", ""},
+		{"unverifiable", tampered, export.HeldMalformed, "", "does not match"},
+		{"empty device list", empty, export.HeldEmpty, emptyDigest, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			rec := &recorder{}
@@ -178,6 +185,9 @@ func TestRunHoldsBeforeAskingSPIRE(t *testing.T) {
 			}
 			if len(rec.runs) != 1 || rec.runs[0].Outcome != export.OutcomeHeld || rec.runs[0].HeldReason != c.reason || rec.runs[0].Digest != c.digest {
 				t.Fatalf("recorded %+v, want one held run (%s, digest %q)", rec.runs, c.reason, c.digest)
+			}
+			if !strings.Contains(rec.runs[0].Held, c.held) {
+				t.Errorf("held %q, want it to say %q", rec.runs[0].Held, c.held)
 			}
 			if !res.Plan.Empty() {
 				t.Fatalf("plan %+v is not empty", res.Plan)
