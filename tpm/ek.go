@@ -340,12 +340,8 @@ func (t *TPM) EK(ctx context.Context, kind EKKind) (*EK, error) {
 // certifiedKey returns the public key of the certificate at idx, or nil
 // when it cannot be read or parsed.
 func (t *TPM) certifiedKey(tr transport.TPM, idx uint32) interface{ Equal(crypto.PublicKey) bool } {
-	pub, name, err := nvReadPublic(tr, idx)
-	if err != nil {
-		return nil
-	}
-	data, err := t.nvRead(tr, idx, pub, name)
-	if err != nil {
+	data, err := t.readNVIndex(tr, idx)
+	if err != nil || data == nil {
 		return nil
 	}
 	cert, err := x509.ParseCertificate(trimDER(data))

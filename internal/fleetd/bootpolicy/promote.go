@@ -1,10 +1,14 @@
 package bootpolicy
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/nodetrust/nodetrust/internal/atomicfile"
 )
 
 // BackupSuffix names the copy [Promote] keeps of the file it rewrites:
@@ -72,56 +76,44 @@ func Promote(path string, now time.Time) (*Promotion, error) {
 	if st, err := os.Stat(path); err == nil {
 		mode = st.Mode().Perm()
 	}
-	if err := writeAtomic(pr.Backup, raw, mode); err != nil {
+	if err := atomicfile.WriteFile(pr.Backup, raw, mode); err != nil {
 		return nil, fmt.Errorf("keep the previous policy: %w", err)
 	}
-	if err := writeAtomic(path, content, mode); err != nil {
+	if err := atomicfile.WriteFile(path, content, mode); err != nil {
 		return nil, err
 	}
 	return pr, nil
 }
 
-// writeAtomic writes b to path through a synced temporary file in the same
-// directory renamed over it, and syncs the directory.
-func writeAtomic(path string, b []byte, mode os.FileMode) error {
+// WriteNew writes a new policy file (a capture) atomically; it refuses to
+// replace an existing file, even one made while it wrote: the complete file
+// is linked into place, which fails if the name is taken.
+func WriteNew(path string, b []byte) (err error) {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
 	}
 	name := tmp.Name()
-	defer os.Remove(name) // after a successful rename there is nothing to remove
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return err
+	defer os.Remove(name) // the link keeps the file; the temporary name goes
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Chmod(0o644)
 	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
+	if err == nil {
+		err = tmp.Sync()
 	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
 	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(name, path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
 	if err != nil {
-		return err
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// WriteNew writes a new policy file (a capture) atomically; it refuses to
-// replace an existing file.
-func WriteNew(path string, b []byte) error {
-	if _, err := os.Lstat(path); err == nil {
-		return fmt.Errorf("%s exists: choose another --out, or remove it first", path)
+	if err := os.Link(name, path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("%s exists: choose another --out, or remove it first", path)
+		}
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	return writeAtomic(path, b, 0o644)
+	return atomicfile.SyncDir(dir)
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -61,12 +60,7 @@ func (f *exportFlags) client() (*exportClient, error) {
 	}
 	addr := f.https
 	if addr == "" && cfg != nil {
-		addr = cfg.HTTPListen
-		if host, port, err := net.SplitHostPort(addr); err == nil {
-			if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
-				addr = net.JoinHostPort("127.0.0.1", port)
-			}
-		}
+		addr = loopbackIfUnspecified(cfg.HTTPListen)
 	}
 	if addr == "" {
 		return nil, cli.Usagef("fleetd's HTTPS address is unknown: give --https host:port (http_listen of the server)")

@@ -228,6 +228,7 @@ func (c *Console) nodePage(w http.ResponseWriter, r *http.Request, s *session) {
 		for _, d := range decls.Declarations {
 			if d.Name == id {
 				v.Declaration = d
+				break
 			}
 		}
 	}
