@@ -62,9 +62,15 @@ var adminActions = map[string]func(req any) roles.Action{
 	"ListClaims":       fixed(roles.ReadFleet),
 	"NodeHistory":      fixed(roles.ReadFleet),
 	"ListVerdicts":     fixed(roles.ReadFleet),
-	"ListCerts":        fixed(roles.ReadFleet),
-	"CheckNode":        fixed(roles.Lifecycle),
-	"ListAudit":        fixed(roles.ReadFleet),
+	// The export endpoints on the HTTPS listener (export.go).
+	"ExportRegistrations": fixed(roles.ReadExport),
+	"ExportHolds":         fixed(roles.ReadExport),
+	"ExportAllowed":       fixed(roles.ApplyExport),
+	"ExportAllow":         fixed(roles.AllowExport),
+	"ExportRun":           fixed(roles.ApplyExport),
+	"ListCerts":           fixed(roles.ReadFleet),
+	"CheckNode":           fixed(roles.Lifecycle),
+	"ListAudit":           fixed(roles.ReadFleet),
 	"ApplyInventory": func(req any) roles.Action {
 		if r, ok := req.(*adminv1.ApplyInventoryRequest); ok && r.DryRun {
 			return roles.ReadInventory

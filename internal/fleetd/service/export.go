@@ -14,7 +14,6 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/export"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
-	"github.com/nodetrust/nodetrust/internal/fleetd/roles"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 )
@@ -203,115 +202,98 @@ type ExportAllowRequest struct {
 
 // exportRoutes adds the export endpoints to mux.
 func (s *Server) exportRoutes(mux *http.ServeMux) {
-	mux.HandleFunc("GET "+ExportPath, func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := s.httpAdmin(w, r, roles.ReadExport, "ExportRegistrations"); !ok {
-			return
-		}
+	mux.HandleFunc("GET "+ExportPath, s.adminHTTP("ExportRegistrations", func(w http.ResponseWriter, r *http.Request, _ adminIdentity) error {
 		body, digest, err := s.ExportDocument(r.Context())
 		if err != nil {
-			s.httpFailure(w, r, unavailable("export", "the export could not be built; retry, and see the server log", err))
-			return
+			return unavailable("export", "the export could not be built; retry, and see the server log", err)
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
 		w.Header().Set(ExportDigestHeader, digest)
 		_, _ = w.Write(body)
-	})
-	mux.HandleFunc("GET "+ExportHoldsPath, func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := s.httpAdmin(w, r, roles.ReadExport, "ExportHolds"); !ok {
-			return
-		}
+		return nil
+	}))
+	mux.HandleFunc("GET "+ExportHoldsPath, s.adminHTTP("ExportHolds", func(w http.ResponseWriter, r *http.Request, _ adminIdentity) error {
 		hs, err := s.cfg.Store.ListExportHolds(r.Context(), maxExportHolds)
 		if err != nil {
-			s.httpFailure(w, r, storeFailure("list held export changes", err))
-			return
+			return storeFailure("list held export changes", err)
 		}
 		out := make([]ExportHoldJSON, 0, len(hs))
 		for _, h := range hs {
 			out = append(out, holdJSON(h))
 		}
 		writeJSON(w, http.StatusOK, out)
-	})
-	mux.HandleFunc("GET "+ExportHoldsPath+"/{digest}", func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := s.httpAdmin(w, r, roles.ReadExport, "ExportHolds"); !ok {
-			return
-		}
+		return nil
+	}))
+	mux.HandleFunc("GET "+ExportHoldsPath+"/{digest}", s.adminHTTP("ExportHolds", func(w http.ResponseWriter, r *http.Request, _ adminIdentity) error {
 		h, err := s.cfg.Store.GetExportHold(r.Context(), r.PathValue("digest"))
 		if err != nil {
-			s.httpFailure(w, r, storeFailure("held export change "+r.PathValue("digest"), err))
-			return
+			return storeFailure("held export change "+r.PathValue("digest"), err)
 		}
 		writeJSON(w, http.StatusOK, holdJSON(h))
-	})
-	mux.HandleFunc("GET "+ExportAllowedPath+"/{digest}", func(w http.ResponseWriter, r *http.Request) {
-		if _, ok := s.httpAdmin(w, r, roles.ApplyExport, "ExportAllowed"); !ok {
-			return
-		}
+		return nil
+	}))
+	mux.HandleFunc("GET "+ExportAllowedPath+"/{digest}", s.adminHTTP("ExportAllowed", func(w http.ResponseWriter, r *http.Request, _ adminIdentity) error {
 		allowed, err := s.ExportAllowed(r.Context(), r.PathValue("digest"))
 		if err != nil {
-			s.httpFailure(w, r, storeFailure("export allowance", err))
-			return
+			return storeFailure("export allowance", err)
 		}
 		writeJSON(w, http.StatusOK, map[string]bool{"allowed": allowed})
-	})
-	mux.HandleFunc("POST "+ExportAllowPath, func(w http.ResponseWriter, r *http.Request) {
-		id, ok := s.httpAdmin(w, r, roles.AllowExport, "ExportAllow")
-		if !ok {
-			return
-		}
+		return nil
+	}))
+	mux.HandleFunc("POST "+ExportAllowPath, s.adminHTTP("ExportAllow", func(w http.ResponseWriter, r *http.Request, id adminIdentity) error {
 		var req ExportAllowRequest
 		if err := readJSON(r, maxAllowBody, &req); err != nil {
-			s.httpFailure(w, r, refused(codes.InvalidArgument, "%v", err))
-			return
+			return refused(codes.InvalidArgument, "%v", err)
 		}
 		h, err := s.allowExport(r.Context(), id.name, req.Digest, req.Reason)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, holdJSON(h))
+		return nil
+	}))
+	mux.HandleFunc("POST "+ExportRunsPath, s.adminHTTP("ExportRun", func(w http.ResponseWriter, r *http.Request, id adminIdentity) error {
+		var run export.Run
+		if err := readJSON(r, maxExportRunBody, &run); err != nil {
+			return refused(codes.InvalidArgument, "%v", err)
+		}
+		if err := s.RecordExportRun(r.Context(), "admin:"+id.name, run); err != nil {
+			return unavailable("export run", "the run could not be recorded; retry, and see the server log", err)
+		}
+		w.WriteHeader(http.StatusNoContent)
+		return nil
+	}))
+}
+
+// adminHTTP makes an export endpoint of h: the request is authenticated by
+// its admin client certificate and admitted as an Admin call of method
+// (admitAdmin: the role rule in adminActions, refusals audited, logged and
+// counted); h's outcome is then audited and counted like any Admin call's,
+// and a failure answered by httpFailure.
+func (s *Server) adminHTTP(method string, h func(http.ResponseWriter, *http.Request, adminIdentity) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		none := refused(codes.Unauthenticated, "the export endpoints need an admin client certificate (admin/owner.crt from fleetd init, or a credential from fleetd admin create)")
+		if r.TLS == nil {
+			s.httpFailure(w, r, none)
+			return
+		}
+		id, err := s.adminFromChains(r.Context(), r.TLS.VerifiedChains, none)
 		if err != nil {
 			s.httpFailure(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, holdJSON(h))
-	})
-	mux.HandleFunc("POST "+ExportRunsPath, func(w http.ResponseWriter, r *http.Request) {
-		id, ok := s.httpAdmin(w, r, roles.ApplyExport, "ExportRun")
-		if !ok {
+		ctx, finish, err := s.admitAdmin(r.Context(), id, method, nil)
+		if err != nil {
+			s.httpFailure(w, r, err)
 			return
 		}
-		var run export.Run
-		if err := readJSON(r, maxExportRunBody, &run); err != nil {
-			s.httpFailure(w, r, refused(codes.InvalidArgument, "%v", err))
-			return
+		err = h(w, r.WithContext(ctx), id)
+		finish(err)
+		if err != nil {
+			s.httpFailure(w, r, err)
 		}
-		if err := s.RecordExportRun(r.Context(), "admin:"+id.name, run); err != nil {
-			s.httpFailure(w, r, unavailable("export run", "the run could not be recorded; retry, and see the server log", err))
-			return
-		}
-		w.WriteHeader(http.StatusNoContent)
-	})
-}
-
-// httpAdmin authenticates an export request by its admin client
-// certificate and checks that the role may do action; on a refusal it
-// answers and returns false.
-func (s *Server) httpAdmin(w http.ResponseWriter, r *http.Request, action roles.Action, method string) (adminIdentity, bool) {
-	none := refused(codes.Unauthenticated, "the export endpoints need an admin client certificate (admin/owner.crt from fleetd init, or a credential from fleetd admin create)")
-	if r.TLS == nil {
-		s.httpFailure(w, r, none)
-		return adminIdentity{}, false
 	}
-	id, err := s.adminFromChains(r.Context(), r.TLS.VerifiedChains, none)
-	if err != nil {
-		s.httpFailure(w, r, err)
-		return adminIdentity{}, false
-	}
-	if !id.role.May(action) {
-		msg := roles.Refusal(id.name, id.role, action)
-		_ = s.cfg.Store.AppendAudit(r.Context(), store.AuditEvent{Time: s.cfg.Now(), Actor: "admin:" + id.name, Action: "admin.refused", Subject: method, Detail: msg})
-		s.metrics.adminCall(method, "refused")
-		s.httpFailure(w, r, refused(codes.PermissionDenied, "%s", msg))
-		return adminIdentity{}, false
-	}
-	s.metrics.adminCall(method, "OK")
-	return id, true
 }
 
 // httpFailure answers an export request's failure: the status its code

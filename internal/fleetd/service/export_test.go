@@ -1,13 +1,17 @@
 package service_test
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/export"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // The export endpoints refuse a request without an admin certificate
@@ -42,5 +46,42 @@ func TestExportDocumentListsActiveNodes(t *testing.T) {
 	}
 	if len(doc.Devices) != 1 || doc.Devices[0].NodeID != n.id || len(doc.Retired) != 0 {
 		t.Fatalf("export %+v, want the one active node %s", doc, n.id)
+	}
+}
+
+// An export call is an Admin call: audited as admin.call with its outcome,
+// a success as OK and a failure as what it was.
+func TestExportCallsAreAuditedAsAdminCalls(t *testing.T) {
+	e := newEnv(t)
+	owner, err := tls.LoadX509KeyPair(pki.Path(filepath.Join(e.dir, "pki"), pki.OwnerCertFile), pki.Path(filepath.Join(e.dir, "pki"), pki.OwnerKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := e.auth.AdminCA
+	if issuer == nil {
+		issuer = e.auth.ServingCA
+	}
+	call := func(path string) int {
+		r := httptest.NewRequest(http.MethodGet, path, nil)
+		r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{owner.Leaf, issuer}}}
+		rec := httptest.NewRecorder()
+		e.srv.HTTPHandler().ServeHTTP(rec, r)
+		return rec.Code
+	}
+	if code := call(service.ExportPath); code != http.StatusOK {
+		t.Fatalf("GET the export as the owner = %d", code)
+	}
+	if code := call(service.ExportHoldsPath + "/sha256:00"); code != http.StatusNotFound {
+		t.Fatalf("GET an unknown hold = %d, want 404", code)
+	}
+	got := map[string]string{}
+	for _, a := range e.audit(t, "admin.call") {
+		got[a.Subject] = a.Detail
+	}
+	if d := got["ExportRegistrations"]; !strings.HasSuffix(d, ": OK") {
+		t.Errorf("the export's audit detail %q, want the call audited as OK", d)
+	}
+	if d := got["ExportHolds"]; !strings.HasSuffix(d, ": NotFound") {
+		t.Errorf("the unknown hold's audit detail %q, want NotFound", d)
 	}
 }
