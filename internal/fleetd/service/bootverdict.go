@@ -26,7 +26,6 @@ const DefaultVerdictsKept = 50
 // Reasons boot evidence is not evidence (nodetrust_boot_evidence_ignored_total):
 // nothing about the machine is proven, so no state changes.
 const (
-	ignoredNoPolicy     = "no_policy"
 	ignoredUnknownNonce = "unknown_nonce"
 	ignoredExpired      = "nonce_expired"
 	ignoredTimeout      = "timeout"

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -338,7 +339,7 @@ func readJSON(r *http.Request, limit int64, v any) error {
 	if int64(len(body)) > limit {
 		return fmt.Errorf("the request is larger than %d bytes", limit)
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return fmt.Errorf("the request is not the expected JSON: %w", err)

@@ -122,7 +122,7 @@ func (s *Server) unanswered(ctx context.Context, nodeID, reason string, ns []*is
 	}
 }
 
-// askEvidence gives the node a nonce to answer with evidence: the answer
+// giveNonce gives the node a nonce to answer with evidence: the answer
 // to a NonceRequest (id is the request's) or a check the server asks for
 // (id 0: the caller numbers it).
 func (s *Server) giveNonce(book *nonceBook, purpose gatewayv1.NoncePurpose, waiter chan checkOutcome) (*gatewayv1.BootNonce, *issuedNonce, error) {
