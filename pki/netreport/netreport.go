@@ -67,36 +67,47 @@ type Signed struct {
 	Signature []byte `json:"sig"`
 }
 
-// fields are the report's text fields in their canonical order, each with
-// its name for messages.
-func (r Report) fields() [][2]string {
+// fields are the neighbour's text fields in their canonical order, each
+// with its name for messages.
+func (n Neighbor) fields() [][2]string {
 	return [][2]string{
-		{"interface", r.Interface},
-		{"chassis_name", r.ChassisName},
-		{"chassis_id_type", r.ChassisIDType},
-		{"chassis_id", r.ChassisID},
-		{"port_id_type", r.PortIDType},
-		{"port_id", r.PortID},
-		{"port_descr", r.PortDescr},
+		{"interface", n.Interface},
+		{"chassis_name", n.ChassisName},
+		{"chassis_id_type", n.ChassisIDType},
+		{"chassis_id", n.ChassisID},
+		{"port_id_type", n.PortIDType},
+		{"port_id", n.PortID},
+		{"port_descr", n.PortDescr},
 	}
 }
 
-// Check reports the first malformed field of r: every text field at most
-// MaxField bytes of printable UTF-8, an interface, a chassis id and a port
-// id present, and an observation time.
-func (r Report) Check() error {
-	for _, f := range r.fields() {
+// Check reports the first malformed field of n: every text field at most
+// MaxField bytes of printable UTF-8, and an interface, a chassis id and a
+// port id present.
+func (n Neighbor) Check() error {
+	for _, f := range n.fields() {
 		if err := checkText(f[0], f[1]); err != nil {
 			return err
 		}
 	}
 	switch {
-	case r.Interface == "":
+	case n.Interface == "":
 		return errors.New("network report: no interface")
-	case r.ChassisID == "":
+	case n.ChassisID == "":
 		return errors.New("network report: no chassis id")
-	case r.PortID == "":
+	case n.PortID == "":
 		return errors.New("network report: no port id")
+	}
+	return nil
+}
+
+// Check reports the first malformed field of r: its neighbour's (see
+// Neighbor.Check), then an observation time present and in range.
+func (r Report) Check() error {
+	if err := r.Neighbor.Check(); err != nil {
+		return err
+	}
+	switch {
 	case r.ObservedAt.IsZero():
 		return errors.New("network report: no observation time")
 	case r.ObservedAt.Year() < 1970 || r.ObservedAt.Year() > 2200:
