@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 # Debian packages: protoc for the generated-code check; SoftHSM2 for the
 # PKCS#11 tests (fleetd's keys in a token); chromium for the console's
 # browser tests; openssl, which checks issued certificates in pki's tests;
-# gcc for cgo (the TPM simulator, and SPIRE's build).
-packages=(protobuf-compiler softhsm2 chromium openssl gcc)
-commands=(protoc softhsm2-util chromium openssl gcc)
+# gcc for cgo (the TPM simulator, and SPIRE's build); lldpd, whose lldpctl
+# the network report's tests run.
+packages=(protobuf-compiler softhsm2 chromium openssl gcc lldpd)
+commands=(protoc softhsm2-util chromium openssl gcc lldpctl)
 
 missing=()
 for i in "${!packages[@]}"; do
