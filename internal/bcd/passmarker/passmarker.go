@@ -90,6 +90,9 @@ func Parse(data []byte) (Marker, error) {
 	if err != nil {
 		return Marker{}, fmt.Errorf("pass marker: time: %w", err)
 	}
+	if t.UTC().Format(time.RFC3339) != ts {
+		return Marker{}, fmt.Errorf("pass marker: time %q is not in UTC to the second (…Z)", ts)
+	}
 	m.Time = t
 	return m, nil
 }

@@ -51,6 +51,7 @@ func TestMarshalAndParseRefuse(t *testing.T) {
 		"version 2":    bytes.Replace(good, []byte("pass 1"), []byte("pass 2"), 1),
 		"extra line":   append(append([]byte{}, good...), "uuid x\n"...),
 		"oversized":    bytes.Repeat([]byte("x"), MaxBytes+1),
+		"a time zone":  bytes.Replace(good, []byte("12:00:00Z"), []byte("13:00:00+01:00"), 1),
 	} {
 		if _, err := Parse(b); err == nil {
 			t.Errorf("Parse accepted a marker with %s", name)
@@ -93,4 +94,27 @@ func TestWriteAndBootID(t *testing.T) {
 			t.Fatalf("the kernel's boot id: %v", err)
 		}
 	}
+}
+
+func FuzzParse(f *testing.F) {
+	good, err := os.ReadFile(filepath.Join("testdata", "boot-pass"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte(Header + "\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Parse(data)
+		if err != nil {
+			return
+		}
+		b, err := m.Marshal()
+		if err != nil {
+			t.Fatalf("Parse accepted a marker Marshal refuses: %+v: %v", m, err)
+		}
+		again, err := Parse(b)
+		if err != nil || again.UUID != m.UUID || again.BootID != m.BootID || !again.Time.Equal(m.Time) {
+			t.Fatalf("round trip: %+v, %v; want %+v", again, err, m)
+		}
+	})
 }
