@@ -16,6 +16,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/roles"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store/storefault"
 	"github.com/nodetrust/nodetrust/pki/netreport"
 )
 
@@ -322,5 +323,36 @@ func TestNormalizeAndMatch(t *testing.T) {
 	}
 	if PortMatches("Gi1/0/17", netreport.Report{Neighbor: netreport.Neighbor{PortID: "GigabitEthernet1/0/17"}}) {
 		t.Error("an abbreviation matched the full name: names compare as the switch sends them")
+	}
+}
+
+// A source that answers the declaration but not who wrote its binding is
+// unavailable too; a failing node store is an error, not a decision.
+func TestSourceAndStoreFailures(t *testing.T) {
+	device, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := openStore(t)
+	declare(t, s, roles.Declarer, complete("web-01", lifecycle.ClassWorker))
+	f := storefault.New(s)
+	a := &Admitter{Source: inventory.StoreSource{Store: f}, Nodes: f, AutoProvision: true}
+	req := Request{Device: "web-01", EKPin: ekA, DeviceKey: &device.PublicKey, Report: signed(t, device, report(now)), Now: now}
+
+	f.FailAt("ListChanges", 1, errDown)
+	_, err = a.Decide(t.Context(), req)
+	var rf *Refusal
+	if !errors.As(err, &rf) || rf.Rule != RuleInventory || !errors.Is(err, lifecycle.ErrSourceUnavailable) {
+		t.Fatalf("the binding's changelog unavailable: %v, want a refusal by %s", err, RuleInventory)
+	}
+
+	f.FailAt("GetNode", 1, errDown)
+	_, err = a.Decide(t.Context(), req)
+	if errors.As(err, &rf) || !errors.Is(err, errDown) {
+		t.Fatalf("a failing node store: %v, want its error and no refusal", err)
+	}
+
+	if _, err := a.Decide(t.Context(), req); err != nil {
+		t.Fatalf("with the store answering again: %v", err)
 	}
 }
