@@ -258,3 +258,35 @@ func TestGenerateSecretsForVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRenderConcurrently renders from several goroutines with one
+// Renderer, as concurrent admissions do; run with -race.
+func TestRenderConcurrently(t *testing.T) {
+	r, err := talos.New(settings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			name := "w-" + string(rune('a'+i))
+			cfg, err := r.Render(input(name, "worker", "/dev/sda"))
+			if err == nil {
+				parsed, perr := configloader.NewFromBytes(cfg.Data)
+				switch {
+				case perr != nil:
+					err = perr
+				case parsed.Machine().Network().Hostname() != name:
+					err = errors.New("render of " + name + " has hostname " + parsed.Machine().Network().Hostname())
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
