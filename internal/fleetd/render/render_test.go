@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/render"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // secret is the join credential of the tests: it must appear in a render
@@ -197,5 +198,30 @@ func TestFromDeclarationDefaultsRole(t *testing.T) {
 	}
 	if n := render.FromDeclaration(store.Declaration{Name: "a", Class: "worker", Role: "web"}); n.Role != "web" {
 		t.Errorf("role %q, want the declared one", n.Role)
+	}
+}
+
+func TestFleetdFromPKI(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pki")
+	b, err := pki.Init(dir, pki.InitOptions{TrustDomain: "lab.nodetrust.test", ServerName: "fleetd.lab"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := render.FleetdFromPKI(dir, "fleetd.lab:8443")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Server != "fleetd.lab:8443" || f.ServerName != "fleetd.lab" || f.ServingCASPKIPin != b.ServingCASPKIPin.String() ||
+		f.JoinSigningKeyPin != b.JoinSigningKeyPin.String() || f.JoinEncryptionKeyPin != b.JoinEncryptionKeyPin.String() {
+		t.Errorf("fleetd %+v, bundle %+v", f, b)
+	}
+	if !strings.Contains(f.JoinEncryptionJWK, `"kty"`) {
+		t.Errorf("JWK %q", f.JoinEncryptionJWK)
+	}
+	if _, err := render.FleetdFromPKI(dir, "fleetd.lab"); err == nil {
+		t.Error("an address without a port was taken")
+	}
+	if _, err := render.FleetdFromPKI(t.TempDir(), "fleetd.lab:8443"); err == nil {
+		t.Error("a folder without a bundle was taken")
 	}
 }
