@@ -34,8 +34,9 @@ type Render struct {
 	ClusterName     string `toml:"cluster_name"`
 	ClusterEndpoint string `toml:"cluster_endpoint"`
 	SecretsFile     string `toml:"secrets_file"`
-	// KubernetesVersion, TalosVersion (the version contract, "v1.11") and
-	// InstallImage default to the machinery library's.
+	// KubernetesVersion and TalosVersion (the version contract, "v1.11")
+	// default to the machinery library's; InstallImage, empty by default,
+	// leaves the installer image to Talos.
 	KubernetesVersion string `toml:"kubernetes_version"`
 	TalosVersion      string `toml:"talos_version"`
 	InstallImage      string `toml:"install_image"`

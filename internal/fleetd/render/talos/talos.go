@@ -56,7 +56,8 @@ type Settings struct {
 	// TalosVersion is the version contract the configs are for ("v1.11");
 	// default: machinery's own.
 	TalosVersion string
-	// InstallImage is the installer image; default: machinery's.
+	// InstallImage is the installer image; empty, the config names none
+	// and Talos's default applies.
 	InstallImage string
 	// ControlPlaneRoles are the roles rendered as control planes (default
 	// ["control-plane"]); any other role is a worker.
