@@ -115,7 +115,9 @@ func New(s Settings) (*Renderer, error) {
 	if s.SecretsFile == "" {
 		return nil, errors.New("secrets_file is required: generate it once with 'fleetd render secrets --out FILE'")
 	}
-	if err := checkPrivate(s.SecretsFile); err != nil {
+	if err := checkPrivate(s.SecretsFile); errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("secrets_file: %w: make it once with 'fleetd render secrets --out FILE'", err)
+	} else if err != nil {
 		return nil, fmt.Errorf("secrets_file: %w", err)
 	}
 	if r.bundle, err = secrets.LoadBundle(s.SecretsFile); err != nil {
