@@ -1936,8 +1936,10 @@ type Declaration struct {
 	// Whether the EK binding authorizes admission, and why.
 	BindingHonoured bool   `protobuf:"varint,15,opt,name=binding_honoured,json=bindingHonoured,proto3" json:"binding_honoured,omitempty"`
 	Binding         string `protobuf:"bytes,16,opt,name=binding,proto3" json:"binding,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The device the installer writes the system to; a render needs it.
+	InstallDisk   string `protobuf:"bytes,17,opt,name=install_disk,json=installDisk,proto3" json:"install_disk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Declaration) Reset() {
@@ -2078,6 +2080,13 @@ func (x *Declaration) GetBindingHonoured() bool {
 func (x *Declaration) GetBinding() string {
 	if x != nil {
 		return x.Binding
+	}
+	return ""
+}
+
+func (x *Declaration) GetInstallDisk() string {
+	if x != nil {
+		return x.InstallDisk
 	}
 	return ""
 }
@@ -3802,7 +3811,7 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\amissing\x18\x06 \x01(\rR\amissing\x12\x18\n" +
 	"\aapplied\x18\a \x01(\bR\aapplied\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\b \x01(\tR\trequestId\"\xc4\x03\n" +
+	"request_id\x18\b \x01(\tR\trequestId\"\xe7\x03\n" +
 	"\vDeclaration\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12!\n" +
@@ -3821,7 +3830,8 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\aversion\x18\r \x01(\x04R\aversion\x12\x14\n" +
 	"\x05state\x18\x0e \x01(\tR\x05state\x12)\n" +
 	"\x10binding_honoured\x18\x0f \x01(\bR\x0fbindingHonoured\x12\x18\n" +
-	"\abinding\x18\x10 \x01(\tR\abinding\"\x19\n" +
+	"\abinding\x18\x10 \x01(\tR\abinding\x12!\n" +
+	"\finstall_disk\x18\x11 \x01(\tR\vinstallDisk\"\x19\n" +
 	"\x17ListDeclarationsRequest\"w\n" +
 	"\x18ListDeclarationsResponse\x12C\n" +
 	"\fdeclarations\x18\x01 \x03(\v2\x1f.nodetrust.admin.v1.DeclarationR\fdeclarations\x12\x16\n" +

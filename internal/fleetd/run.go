@@ -26,6 +26,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
+	"github.com/nodetrust/nodetrust/internal/fleetd/render/renderers"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
 	"github.com/nodetrust/nodetrust/internal/fleetd/spireexport"
 	"github.com/nodetrust/nodetrust/internal/logkey"
@@ -103,6 +104,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if boot.log != nil {
 		defer boot.log.Close()
+	}
+	// Each class's machine-config renderer, read now so that a template
+	// that does not parse or a secrets bundle that does not load stops the
+	// start, naming the setting (docs/install.md). The install flow is to
+	// render with it.
+	renders, err := renderers.Load(cfg)
+	if err != nil {
+		return err
+	}
+	if cl := renders.Classes(); len(cl) > 0 {
+		log.InfoContext(ctx, "machine-config renderers loaded", "classes", strings.Join(cl, ","))
 	}
 	kex, err := cfg.KeyExchanges()
 	if err != nil {

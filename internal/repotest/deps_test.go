@@ -94,11 +94,19 @@ var ownerRules = []struct {
 		"leases are kept by the local-API server's leases service"},
 	{module + "/internal/fleetd/pkcs11key", []string{module + "/internal/fleetd", module + "/internal/fleetd/command"},
 		"the PKCS#11 binding (cgo, crypto11) is opened by fleetd's wiring and commands only, so nothing else links it"},
+	{module + "/internal/fleetd/render/talos", []string{module + "/internal/fleetd/render/renderers", module + "/internal/fleetd/command"},
+		"the Talos machinery library is heavy: only the registry builder and fleetd's commands import its one user"},
+	{module + "/internal/fleetd/render/renderers", []string{module + "/internal/fleetd", module + "/internal/fleetd/command", module + "/internal/integration"},
+		"the renderers of fleetd.toml are built by fleetd's wiring (and its commands) only"},
 }
 
 // pkcs11Binding is what loads a PKCS#11 module: crypto11 and the cgo
 // package under it.
 var pkcs11Binding = []string{"github.com/ThalesGroup/crypto11", "github.com/miekg/pkcs11", module + "/internal/fleetd/pkcs11key"}
+
+// talosMachinery is the Talos machinery library, which only
+// internal/fleetd/render/talos imports.
+var talosMachinery = []string{"github.com/siderolabs/talos"}
 
 // programRules say what a program may never pull in. bcd runs on every
 // machine of the fleet: it links no PKCS#11 binding (and so needs no cgo
@@ -110,6 +118,10 @@ var programRules = []struct {
 }{
 	{"cmd/bcd", [][]string{pkcs11Binding, {module + "/internal/fleetd"}},
 		"bcd holds no CA key: it never links the PKCS#11 binding or fleetd's packages"},
+	{"internal/fleetd/render", [][]string{talosMachinery},
+		"the render interface and its template renderer stay free of the Talos machinery library, so what uses them does not link it"},
+	{"internal/fleetd/inventory", [][]string{talosMachinery},
+		"the inventory checks install disks with package render, never with the Talos library"},
 }
 
 // matchPattern reports whether p matches a go-command-style pattern.
@@ -308,5 +320,8 @@ func TestProgramDependencies(t *testing.T) {
 	// The walk must see the binding where it belongs.
 	if path := pathTo(pkgs, module+"/cmd/fleetd", []string{module + "/internal/fleetd/pkcs11key"}); path == nil {
 		t.Error("cmd/fleetd does not reach internal/fleetd/pkcs11key: is the import graph read right?")
+	}
+	if path := pathTo(pkgs, module+"/internal/fleetd/render/talos", talosMachinery); path == nil {
+		t.Error("internal/fleetd/render/talos does not reach the Talos machinery library: is the import graph read right?")
 	}
 }

@@ -118,6 +118,7 @@ var Required = []Requirement{
 	{inventory.FieldSwitchPort, func(d store.Declaration) bool { return d.SwitchPort == "" }},
 	{inventory.FieldEKPins, func(d store.Declaration) bool { return len(d.EKPins) == 0 }},
 	{inventory.FieldEKSource, func(d store.Declaration) bool { return d.EKSource == "" }},
+	{inventory.FieldInstallDisk, func(d store.Declaration) bool { return d.InstallDisk == "" }},
 }
 
 // Missing returns the first required field d lacks, or "".

@@ -49,7 +49,7 @@ func declare(t *testing.T, s store.Store, role roles.Role, d store.Declaration) 
 // complete is a declaration with every required field.
 func complete(name, class string) store.Declaration {
 	return store.Declaration{Name: name, Serial: "SN-" + name, ProductUUID: "6a1f5c1e-0000-4000-8000-000000000001", Class: class, Site: "rack1",
-		SwitchChassis: "sw-01", SwitchPort: "ge-0/0/1", EKPins: []string{ekA}, EKSource: inventory.SourceReceivingScan, EKReference: "scan #1"}
+		SwitchChassis: "sw-01", SwitchPort: "ge-0/0/1", EKPins: []string{ekA}, EKSource: inventory.SourceReceivingScan, EKReference: "scan #1", InstallDisk: "/dev/nvme0n1"}
 }
 
 // report is what the machine on sw-01 ge-0/0/1 sees, observed at.
@@ -147,6 +147,8 @@ func TestDecide(t *testing.T) {
 			want: RuleComplete, wantField: "serial or product_uuid"},
 		{name: "missing expected chassis", setup: declared(without(func(d *store.Declaration) { d.SwitchChassis, d.SwitchPort = "", "" })), auto: true,
 			want: RuleComplete, wantField: inventory.FieldSwitchChassis},
+		{name: "missing install disk", setup: declared(without(func(d *store.Declaration) { d.InstallDisk = "" })), auto: true,
+			want: RuleComplete, wantField: inventory.FieldInstallDisk},
 		{name: "missing EK binding", setup: declared(without(func(d *store.Declaration) { d.EKPins, d.EKSource, d.EKReference = nil, "", "" })), auto: true,
 			want: RuleComplete, wantField: inventory.FieldEKPins},
 		{name: "binding by the owner", auto: true, want: RuleBinding, wantField: inventory.FieldEKPins,

@@ -23,6 +23,7 @@ Start here:
   fleetd serve --config fleetd.toml
   fleetd token create --role worker  a join token, printed once
   fleetd inventory apply nodes.yaml  declare machines (docs/inventory.md)
+  fleetd render secrets --out FILE   a Talos cluster's secrets bundle for [render.CLASS] (docs/install.md)
   fleetd admin create --name N --role R  an admin credential (owner, declarer, operator, auditor)
   fleetd console                     the web console on loopback (prints a one-time login address)
 
@@ -34,7 +35,7 @@ Start here:
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand(), policyCommand(), pkiCommand(), ekRootsCommand(), consoleCommand(), exportCommand())
+	root.AddCommand(initCommand(), serveCommand(), devCommand(), tokenCommand(), nodesCommand(), adminCommand(), inventoryCommand(), claimsCommand(), policyCommand(), pkiCommand(), ekRootsCommand(), consoleCommand(), exportCommand(), renderCommand())
 	return root
 }
 

@@ -67,6 +67,9 @@ type Fleetd struct {
 	DebugListen string `toml:"debug_listen"`
 	// Export configures the SPIRE registration export (docs/spire.md).
 	Export Export `toml:"export"`
+	// Render configures each machine class's renderer, by class name
+	// ([render.CLASS]; docs/install.md).
+	Render map[string]Render `toml:"render"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -460,7 +463,10 @@ func (c *Fleetd) Validate() error {
 	if err := c.Store.validate(); err != nil {
 		return err
 	}
-	return c.Inventory.validate()
+	if err := c.Inventory.validate(); err != nil {
+		return err
+	}
+	return c.validateRender()
 }
 
 func (s *Store) validate() error {

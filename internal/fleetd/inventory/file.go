@@ -9,6 +9,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/nodetrust/nodetrust/internal/fleetd/render"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/pki"
 )
@@ -48,6 +49,7 @@ const (
 	FieldRole          = "role"
 	FieldSwitchChassis = "expected_port.chassis"
 	FieldSwitchPort    = "expected_port.port"
+	FieldInstallDisk   = "install_disk"
 	FieldEKPins        = "ek_binding.pins"
 	FieldEKSource      = "ek_binding.source"
 	FieldEKReference   = "ek_binding.reference"
@@ -275,6 +277,13 @@ func (p *parser) node(n *yaml.Node) (store.Declaration, map[string]int, bool) {
 			if (d.SwitchChassis == "") != (d.SwitchPort == "") {
 				p.errf(v.Line, "expected_port needs both chassis and port")
 			}
+		case FieldInstallDisk:
+			d.InstallDisk = p.scalar(v, k.Value)
+			if d.InstallDisk != "" {
+				if err := render.ValidInstallDisk(d.InstallDisk); err != nil {
+					p.errf(v.Line, "install_disk %v", err)
+				}
+			}
 		case "ek_binding":
 			lines[FieldEKPins] = v.Line
 			srcLine := v.Line
@@ -378,7 +387,7 @@ func fieldValues(d store.Declaration) [][2]string {
 	return [][2]string{
 		{FieldSerial, d.Serial}, {FieldProductUUID, d.ProductUUID}, {FieldMACs, strings.Join(d.MACs, ",")},
 		{FieldClass, d.Class}, {FieldSite, d.Site}, {FieldRole, d.Role},
-		{FieldSwitchChassis, d.SwitchChassis}, {FieldSwitchPort, d.SwitchPort},
+		{FieldSwitchChassis, d.SwitchChassis}, {FieldSwitchPort, d.SwitchPort}, {FieldInstallDisk, d.InstallDisk},
 		{FieldEKPins, strings.Join(d.EKPins, ",")}, {FieldEKSource, d.EKSource}, {FieldEKReference, d.EKReference},
 	}
 }

@@ -25,6 +25,7 @@ nodes:
     site: rack1
     role: web
     expected_port: {chassis: sw-01, port: ge-0/0/1}
+    install_disk: /dev/disk/by-id/nvme-eui.0001
     ek_binding:
       pins: [` + pinA + `]
       source: receiving-scan
@@ -45,7 +46,7 @@ func TestParseReadsADeclaration(t *testing.T) {
 	d := ds[0]
 	want := store.Declaration{Name: "web-01", Serial: "SN-0001", ProductUUID: "6a1f5c1e-0000-4000-8000-000000000001",
 		MACs: []string{"02:00:00:00:00:0a", "02:00:00:00:00:0b"}, Class: "worker", Site: "rack1", Role: "web",
-		SwitchChassis: "sw-01", SwitchPort: "ge-0/0/1", EKPins: []string{pinA}, EKSource: SourceReceivingScan, EKReference: "scan 2026-03-01 #42"}
+		SwitchChassis: "sw-01", SwitchPort: "ge-0/0/1", InstallDisk: "/dev/disk/by-id/nvme-eui.0001", EKPins: []string{pinA}, EKSource: SourceReceivingScan, EKReference: "scan 2026-03-01 #42"}
 	if fmt.Sprintf("%+v", d) != fmt.Sprintf("%+v", want) {
 		t.Errorf("got  %+v\nwant %+v", d, want)
 	}
@@ -74,6 +75,10 @@ nodes:
     expected_port: {chassis: sw-1}
   - class: worker
     serial: SN-5
+  - name: web-06
+    class: worker
+    serial: SN-6
+    install_disk: sda
 `
 	_, err := Parse([]byte(bad), classes)
 	var pe *ParseError
@@ -94,6 +99,7 @@ nodes:
 		`line 19: product_uuid "not-a-uuid" is not a UUID`,
 		`line 20: expected_port needs both chassis and port`,
 		`line 21: a node needs a name`,
+		`line 26: install_disk must be a device path under /dev/`,
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the errors do not say %q:\n%v", want, err)

@@ -285,7 +285,7 @@ func (a *adminService) ListDeclarations(ctx context.Context, _ *adminv1.ListDecl
 		}
 		pd := &adminv1.Declaration{Name: d.Name, Serial: d.Serial, ProductUuid: d.ProductUUID, Macs: d.MACs, Class: d.Class, Site: d.Site,
 			Role: d.Role, SwitchChassis: d.SwitchChassis, SwitchPort: d.SwitchPort, EkPins: d.EKPins, EkSource: d.EKSource,
-			EkReference: d.EKReference, Version: d.Version, State: st}
+			EkReference: d.EKReference, Version: d.Version, State: st, InstallDisk: d.InstallDisk}
 		if len(d.EKPins) > 0 {
 			auth, err := src.Binding(ctx, d)
 			if err != nil {

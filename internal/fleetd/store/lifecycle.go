@@ -33,6 +33,9 @@ type Declaration struct {
 	// SwitchChassis and SwitchPort are the expected switch port.
 	SwitchChassis string
 	SwitchPort    string
+	// InstallDisk is the device the installer writes the system to
+	// ("/dev/sda", "/dev/disk/by-id/…"); a render needs it.
+	InstallDisk string
 	// EKPins is the EK binding: the pins of the EKs this machine may prove.
 	EKPins []string
 	// EKSource is where the binding came from ("receiving-scan",

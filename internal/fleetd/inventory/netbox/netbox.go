@@ -25,6 +25,7 @@ import (
 const (
 	FieldProductUUID = "product_uuid"
 	FieldClass       = "class"
+	FieldInstallDisk = "install_disk"
 	FieldEKPins      = "ek_pins"
 	FieldEKSource    = "ek_source"
 	FieldEKReference = "ek_reference"
@@ -197,7 +198,7 @@ func toDeclaration(d device) (store.Declaration, bool) {
 	}
 	cf := func(k string) string { s, _ := d.CustomFields[k].(string); return strings.TrimSpace(s) }
 	decl := store.Declaration{Name: d.Name, Serial: d.Serial, ProductUUID: strings.ToLower(cf(FieldProductUUID)),
-		Class: cf(FieldClass), Site: d.Site.Slug, Role: d.Role.Slug, EKPins: splitPins(cf(FieldEKPins)),
+		Class: cf(FieldClass), InstallDisk: cf(FieldInstallDisk), Site: d.Site.Slug, Role: d.Role.Slug, EKPins: splitPins(cf(FieldEKPins)),
 		EKSource: cf(FieldEKSource), EKReference: cf(FieldEKReference)}
 	if decl.Class == "" {
 		decl.Class = d.Role.Slug

@@ -50,7 +50,7 @@ func start(t *testing.T) (*netboxfake.Fake, *Source, *recorder) {
 func web(name, serial string, pins ...string) netboxfake.Device {
 	return netboxfake.Device{Name: name, Serial: serial, Site: "rack1", Role: "worker", CustomFields: map[string]any{
 		"product_uuid": "6A1F5C1E-0000-4000-8000-00000000000" + name[len(name)-1:], "class": "worker",
-		"ek_pins": strings.Join(pins, ","), "ek_source": "receiving-scan",
+		"install_disk": " /dev/sda ", "ek_pins": strings.Join(pins, ","), "ek_source": "receiving-scan",
 	}}
 }
 
@@ -89,7 +89,8 @@ func TestBindingsAreHonouredOnlyFromTheDeclarerUser(t *testing.T) {
 	}
 
 	d, err := s.Get(ctx, "web-1")
-	if err != nil || d.Site != "rack2" || d.Class != "worker" || d.ProductUUID != "6a1f5c1e-0000-4000-8000-000000000001" || len(d.EKPins) != 1 {
+	if err != nil || d.Site != "rack2" || d.Class != "worker" || d.ProductUUID != "6a1f5c1e-0000-4000-8000-000000000001" || len(d.EKPins) != 1 ||
+		d.InstallDisk != "/dev/sda" {
 		t.Errorf("Get(web-1) = %+v, %v", d, err)
 	}
 	if _, err := s.Get(ctx, "web-9"); !errors.Is(err, store.ErrNotFound) {

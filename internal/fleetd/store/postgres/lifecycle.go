@@ -106,7 +106,7 @@ func (d *DB) RevokeAdmin(ctx context.Context, name, by string, now time.Time, au
 }
 
 const declColumns = `name, serial, product_uuid, macs, class, site, role, switch_chassis,
-	switch_port, ek_pins, ek_source, ek_reference, version, updated_at`
+	switch_port, ek_pins, ek_source, ek_reference, version, updated_at, install_disk`
 
 func scanDecl(s pgx.Row) (store.Declaration, error) {
 	var (
@@ -115,7 +115,7 @@ func scanDecl(s pgx.Row) (store.Declaration, error) {
 		updated *time.Time
 	)
 	if err := s.Scan(&dc.Name, &dc.Serial, &dc.ProductUUID, &dc.MACs, &dc.Class, &dc.Site, &dc.Role,
-		&dc.SwitchChassis, &dc.SwitchPort, &dc.EKPins, &dc.EKSource, &dc.EKReference, &version, &updated); err != nil {
+		&dc.SwitchChassis, &dc.SwitchPort, &dc.EKPins, &dc.EKSource, &dc.EKReference, &version, &updated, &dc.InstallDisk); err != nil {
 		return store.Declaration{}, err
 	}
 	dc.MACs, dc.EKPins = fromList(dc.MACs), fromList(dc.EKPins)
@@ -138,13 +138,14 @@ func (d *DB) ApplyInventory(ctx context.Context, w store.InventoryWrite) error {
 		for _, dw := range w.Writes {
 			dc := dw.Declaration
 			vals := []any{dc.Name, dc.Serial, dc.ProductUUID, list(dc.MACs), dc.Class, dc.Site, dc.Role,
-				dc.SwitchChassis, dc.SwitchPort, list(dc.EKPins), dc.EKSource, dc.EKReference, int64(dw.PrevVersion + 1), ts(dc.UpdatedAt)}
+				dc.SwitchChassis, dc.SwitchPort, list(dc.EKPins), dc.EKSource, dc.EKReference, int64(dw.PrevVersion + 1), ts(dc.UpdatedAt),
+				dc.InstallDisk}
 			q := `INSERT INTO declarations (` + declColumns + `)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT DO NOTHING`
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15) ON CONFLICT DO NOTHING`
 			if dw.PrevVersion > 0 {
 				q = `UPDATE declarations SET serial = $2, product_uuid = $3, macs = $4, class = $5, site = $6, role = $7,
 					switch_chassis = $8, switch_port = $9, ek_pins = $10, ek_source = $11, ek_reference = $12,
-					version = $13, updated_at = $14 WHERE name = $1 AND version = $15`
+					version = $13, updated_at = $14, install_disk = $15 WHERE name = $1 AND version = $16`
 				vals = append(vals, int64(dw.PrevVersion))
 			}
 			tag, err := tx.Exec(ctx, q, vals...)

@@ -264,6 +264,10 @@ CREATE TABLE export_holds (
 );
 CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
 `,
+	// 11: a declaration's install disk, as SQLite's migration 9.
+	`
+ALTER TABLE declarations ADD COLUMN install_disk text NOT NULL DEFAULT '';
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

@@ -11,16 +11,16 @@ import (
 )
 
 const declColumns = `d.name, d.serial, d.product_uuid, d.macs, d.class, d.site, d.role, d.switch_chassis,
-	d.switch_port, d.ek_pins, d.ek_source, d.ek_reference, d.version, d.updated_at`
+	d.switch_port, d.ek_pins, d.ek_source, d.ek_reference, d.version, d.updated_at, d.install_disk`
 
 var (
 	qInsertDecl = newWriteQuery(`INSERT INTO declarations (name, serial, product_uuid, macs, class, site, role,
-		switch_chassis, switch_port, ek_pins, ek_source, ek_reference, version, updated_at)
-		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) ON CONFLICT DO NOTHING`)
+		switch_chassis, switch_port, ek_pins, ek_source, ek_reference, version, updated_at, install_disk)
+		VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15) ON CONFLICT DO NOTHING`)
 	qUpdateDecl = newWriteQuery(`UPDATE declarations SET serial = ?2, product_uuid = ?3, macs = ?4, class = ?5,
 		site = ?6, role = ?7, switch_chassis = ?8, switch_port = ?9, ek_pins = ?10, ek_source = ?11,
-		ek_reference = ?12, version = ?13, updated_at = ?14
-		WHERE name = ?1 AND version = ?15`)
+		ek_reference = ?12, version = ?13, updated_at = ?14, install_disk = ?15
+		WHERE name = ?1 AND version = ?16`)
 	qDeletePins    = newWriteQuery(`DELETE FROM declaration_ek_pins WHERE name = ?`)
 	qInsertPin     = newWriteQuery(`INSERT OR IGNORE INTO declaration_ek_pins (name, pin) VALUES (?, ?)`)
 	qDeclToNode    = newWriteQuery(`UPDATE nodes SET class = ?2 WHERE id = ?1`)
@@ -62,7 +62,7 @@ func (d *DB) ApplyInventory(ctx context.Context, w store.InventoryWrite) error {
 		}
 		vals := []any{dc.Name, dc.Serial, dc.ProductUUID, a.list(dc.MACs), dc.Class, dc.Site, dc.Role,
 			dc.SwitchChassis, dc.SwitchPort, a.list(dc.EKPins), dc.EKSource, dc.EKReference,
-			int64(dw.PrevVersion + 1), a.time(dc.UpdatedAt)}
+			int64(dw.PrevVersion + 1), a.time(dc.UpdatedAt), dc.InstallDisk}
 		if dw.PrevVersion > 0 {
 			vals = append(vals, int64(dw.PrevVersion))
 		}
@@ -223,7 +223,7 @@ func scanDecl(s scanner) (store.Declaration, error) {
 		updated    sql.NullInt64
 	)
 	if err := s.Scan(&dc.Name, &dc.Serial, &dc.ProductUUID, &macs, &dc.Class, &dc.Site, &dc.Role,
-		&dc.SwitchChassis, &dc.SwitchPort, &pins, &dc.EKSource, &dc.EKReference, &version, &updated); err != nil {
+		&dc.SwitchChassis, &dc.SwitchPort, &pins, &dc.EKSource, &dc.EKReference, &version, &updated, &dc.InstallDisk); err != nil {
 		return store.Declaration{}, err
 	}
 	var err error

@@ -258,6 +258,11 @@ CREATE TABLE export_holds (
 ) STRICT;
 CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
 `,
+	// 9: a declaration's install disk, which a render needs
+	// (docs/install.md).
+	`
+ALTER TABLE declarations ADD COLUMN install_disk TEXT NOT NULL DEFAULT '';
+`,
 }
 
 const createMigrationsTable = `

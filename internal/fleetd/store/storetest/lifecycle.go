@@ -43,7 +43,7 @@ func newDecl(name string) store.Declaration {
 	return store.Declaration{
 		Name: name, Serial: "SN-" + name, ProductUUID: "uuid-" + name, MACs: []string{"02:00:00:00:00:0a"},
 		Class: "worker", Site: "rack1", Role: "worker", SwitchChassis: "sw1", SwitchPort: "ge-0/0/1",
-		EKPins: []string{"sha256:ek-" + name}, EKSource: "receiving-scan", EKReference: "scan 1",
+		InstallDisk: "/dev/sda", EKPins: []string{"sha256:ek-" + name}, EKSource: "receiving-scan", EKReference: "scan 1",
 		UpdatedAt: at(0),
 	}
 }
@@ -112,7 +112,7 @@ var adminCases = []testCase{
 var inventoryCases = []testCase{
 	{"declarations are written with their changelog and read back", func(t *testing.T, s store.Store) {
 		a, b := newDecl("web-b"), newDecl("web-a")
-		b.MACs, b.EKPins, b.EKSource, b.EKReference = nil, nil, "", ""
+		b.MACs, b.EKPins, b.EKSource, b.EKReference, b.InstallDisk = nil, nil, "", "", ""
 		ch := store.FieldChange{Time: at(0), Device: "web-a", Field: "serial", Old: "", New: b.Serial,
 			Actor: "alice", ActorRole: "declarer", RequestID: "req-1", Source: "inventory"}
 		ev := newAudit("inventory.apply", "inventory", at(0))
@@ -145,7 +145,7 @@ var inventoryCases = []testCase{
 		mustApply(t, s, store.InventoryWrite{Writes: []store.DeclarationWrite{{Declaration: d}}})
 		err := s.ApplyInventory(t.Context(), store.InventoryWrite{Writes: []store.DeclarationWrite{{Declaration: d}}})
 		wantErr(t, "inserting an existing name", err, store.ErrConflict)
-		d.Site = "rack2"
+		d.Site, d.InstallDisk = "rack2", "/dev/disk/by-id/nvme-eui.0002"
 		mustApply(t, s, store.InventoryWrite{Writes: []store.DeclarationWrite{{Declaration: d, PrevVersion: 1}}})
 		other := newDecl("web-2")
 		ch := store.FieldChange{Time: at(time.Minute), Device: "web-2", Field: "serial", New: "x", Actor: "alice"}
@@ -163,8 +163,8 @@ var inventoryCases = []testCase{
 		}
 		wantAudit(t, "after a refused apply", s)
 		got, _ := s.GetDeclaration(t.Context(), "web-1")
-		if got.Version != 2 || got.Site != "rack2" {
-			t.Errorf("after the update: version %d site %s", got.Version, got.Site)
+		if got.Version != 2 || got.Site != "rack2" || got.InstallDisk != "/dev/disk/by-id/nvme-eui.0002" {
+			t.Errorf("after the update: version %d site %s install disk %s", got.Version, got.Site, got.InstallDisk)
 		}
 	}},
 	{"declarations are found by product uuid, serial and EK pin", func(t *testing.T, s store.Store) {
