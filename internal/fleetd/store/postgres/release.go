@@ -158,8 +158,8 @@ func (d *DB) PurgeExpiredReleases(ctx context.Context, now time.Time) (int, erro
 
 func scanRelease(r pgx.Row) (store.ConfigRelease, error) {
 	var (
-		c                                         store.ConfigRelease
-		gen                                       int64
+		c                                        store.ConfigRelease
+		gen                                      int64
 		created, expires, until, burned, settled *time.Time
 	)
 	if err := r.Scan(&c.UUID, &c.NodeID, &gen, &c.Verifier, &c.Sealed, &c.ContentType, &created, &expires, &c.State, &c.ClaimID,

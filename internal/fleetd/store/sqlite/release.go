@@ -21,8 +21,8 @@ var (
 	qClaimRelease = newWriteQuery(`UPDATE config_releases SET state = 'claimed', claim_id = ?, claimed_until = ?
 		WHERE uuid = ? AND generation = ? AND expires_at > ?
 		AND (state = 'ready' OR (state = 'claimed' AND claimed_until <= ?))`)
-	qReleaseExists   = newWriteQuery(`SELECT count(*) FROM config_releases WHERE uuid = ?`)
-	qUnclaimRelease  = newWriteQuery(`UPDATE config_releases SET state = 'ready', claim_id = '', claimed_until = NULL
+	qReleaseExists  = newWriteQuery(`SELECT count(*) FROM config_releases WHERE uuid = ?`)
+	qUnclaimRelease = newWriteQuery(`UPDATE config_releases SET state = 'ready', claim_id = '', claimed_until = NULL
 		WHERE uuid = ? AND generation = ? AND state = 'claimed' AND claim_id = ?`)
 	qBurnRelease = newWriteQuery(`UPDATE config_releases SET state = 'burned', claim_id = '', claimed_until = NULL, burned_at = ?, sealed = x''
 		WHERE uuid = ? AND generation = ? AND state = 'claimed' AND claim_id = ?`)
@@ -223,8 +223,8 @@ func (d *DB) PurgeExpiredReleases(ctx context.Context, now time.Time) (int, erro
 
 func scanRelease(r interface{ Scan(...any) error }) (store.ConfigRelease, error) {
 	var (
-		c                                         store.ConfigRelease
-		gen                                       int64
+		c                                        store.ConfigRelease
+		gen                                      int64
 		created, expires, until, burned, settled sql.NullInt64
 	)
 	if err := r.Scan(&c.UUID, &c.NodeID, &gen, &c.Verifier, &c.Sealed, &c.ContentType, &created, &expires, &c.State, &c.ClaimID,
