@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/nodetrust/nodetrust/internal/fleetd/connlimit"
 	"github.com/nodetrust/nodetrust/internal/fleetd/install"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
@@ -265,10 +266,31 @@ func (e *env) node(id string) store.Node {
 	return n
 }
 
+// limited serves through fleetd's connection limiter, as its HTTPS
+// listener does: the release finds the TCP connection under it.
+func limited(t *testing.T) option {
+	return func(_ *install.Config, s *httptest.Server) {
+		lim, err := connlimit.New(s.Listener, connlimit.Config{MaxConns: 100, MaxPerSource: 100, MaxHandshakes: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Listener = lim
+		s.Config.ConnState = lim.ConnState
+	}
+}
+
 func TestAConfigIsReleasedOnceAndItsNodeBecomesActive(t *testing.T) {
-	for _, h2 := range []bool{false, true} {
-		t.Run(map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2], func(t *testing.T) {
-			e := newEnv(t, sqliteStore(t, ""), nil, func(_ *install.Config, s *httptest.Server) { s.EnableHTTP2 = h2 })
+	cases := []struct {
+		name string
+		opts []option
+	}{
+		{"HTTP/1.1", nil},
+		{"HTTP/2", []option{func(_ *install.Config, s *httptest.Server) { s.EnableHTTP2 = true }}},
+		{"through the connection limiter", []option{limited(t)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, sqliteStore(t, ""), nil, c.opts...)
 			e.provisioning("web-1")
 			config := e.config(300 << 10)
 			code := e.issue(config)
