@@ -66,7 +66,7 @@ func (r *Releaser) serve(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	f.uuid = uuid
-	if req.ContentLength != 0 || len(req.TransferEncoding) > 0 {
+	if !emptyBody(w, req) {
 		f.outcome, f.detail = OutcomeBadRequest, "a body"
 		http.Error(w, "a config fetch has no body", http.StatusBadRequest)
 		return
@@ -243,6 +243,25 @@ func (r *Releaser) claimID() (string, error) {
 		return "", fmt.Errorf("claim id: %w", err)
 	}
 	return hex.EncodeToString(b), nil
+}
+
+// bodyWait bounds the wait for the end of an HTTP/2 request whose body
+// was left open.
+const bodyWait = 5 * time.Second
+
+// emptyBody reports whether the request has no body. An HTTP/2 request
+// that did not end its stream with its headers (its length unknown) must
+// end it without data within bodyWait.
+func emptyBody(w http.ResponseWriter, req *http.Request) bool {
+	switch {
+	case req.ContentLength > 0 || len(req.TransferEncoding) > 0:
+		return false
+	case req.ContentLength == 0:
+		return true
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(bodyWait))
+	n, err := io.ReadFull(req.Body, make([]byte, 1))
+	return n == 0 && errors.Is(err, io.EOF)
 }
 
 // bearer reads the install code of "Authorization: Bearer <code>".

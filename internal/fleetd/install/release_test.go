@@ -679,3 +679,25 @@ func TestTheStoreHoldsNoCodeAndNoClearConfig(t *testing.T) {
 		t.Fatal("the stored release holds the code or the clear config")
 	}
 }
+
+// unknownLength is a request body whose length the client does not know,
+// so that HTTP/2 leaves the stream open after the headers.
+type unknownLength struct{ r io.Reader }
+
+func (u unknownLength) Read(p []byte) (int, error) { return u.r.Read(p) }
+
+// Over HTTP/2 a request may leave its stream open after its headers: it
+// must then end it without data.
+func TestAnHTTP2RequestLeftOpenMustEndEmpty(t *testing.T) {
+	e := newEnv(t, sqliteStore(t, ""), nil, func(_ *install.Config, s *httptest.Server) { s.EnableHTTP2 = true })
+	config := e.config(1000)
+	code := e.issue(config)
+	r := e.send(machine, bearer(code), unknownLength{strings.NewReader("x")})
+	if o := e.outcome(); r.status != http.StatusBadRequest || o != install.OutcomeBadRequest {
+		t.Fatalf("an open stream with data: %d, %s; want 400", r.status, o)
+	}
+	r = e.send(machine, bearer(code), unknownLength{strings.NewReader("")})
+	if o := e.outcome(); r.status != http.StatusOK || !bytes.Equal(r.body, config) || o != install.OutcomeReleased {
+		t.Fatalf("an open stream ended empty: %d, %s; want the config", r.status, o)
+	}
+}
