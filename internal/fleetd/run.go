@@ -22,6 +22,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/debugserver"
 	"github.com/nodetrust/nodetrust/internal/fleetd/ekroots"
 	"github.com/nodetrust/nodetrust/internal/fleetd/export"
+	"github.com/nodetrust/nodetrust/internal/fleetd/install"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
@@ -182,6 +183,14 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 
+	// The config release (docs/install.md): GET /v1/config/{uuid} on the
+	// HTTPS listener, and the sweep that activates released nodes.
+	releaser, err := install.New(install.Config{Store: st, Logger: log, Registry: srv.MetricsRegistry(),
+		Activator: install.LifecycleActivator{Manager: srv.Lifecycle()}})
+	if err != nil {
+		return err
+	}
+
 	ln := o.Listener
 	if ln == nil {
 		if ln, err = net.Listen("tcp", cfg.Listen); err != nil {
@@ -208,8 +217,14 @@ func Run(ctx context.Context, o Options) error {
 		tc := srv.TLSConfig()
 		tc.NextProtos = []string{"h2", "http/1.1"}
 		httpLn = tls.NewListener(lim, tc)
+		mux := http.NewServeMux()
+		mux.Handle(install.Pattern, releaser.Handler())
+		mux.Handle("/", srv.HTTPHandler())
 		httpSrv = &http.Server{
-			Handler: srv.HTTPHandler(), ConnState: lim.ConnState, MaxHeaderBytes: 16 << 10,
+			Handler: mux, ConnState: lim.ConnState, MaxHeaderBytes: 16 << 10,
+			// The config release asks the kernel whether its response
+			// was acknowledged, on the connection this keeps.
+			ConnContext: install.ConnContext,
 			// The TLS handshake and the request's headers must arrive
 			// within the handshake timeout; an idle connection closes.
 			ReadHeaderTimeout: limits.HandshakeTimeout, IdleTimeout: limits.IdleTimeout,
@@ -254,6 +269,8 @@ func Run(ctx context.Context, o Options) error {
 		running++
 		go func() { spire.Loop(serveCtx); errc <- nil }()
 	}
+	running++
+	go func() { releaser.Run(serveCtx); errc <- nil }()
 	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain, "store", cfg.Store.Driver)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String(), httpAddr)

@@ -251,6 +251,13 @@ func (c *Conn) Close() error {
 	return c.Conn.Close()
 }
 
+// NetConn returns the connection the listener accepted, as tls.Conn's
+// NetConn does: the config release asks the kernel, through it, whether
+// its response was acknowledged. Reading or writing it bypasses nothing
+// the Conn counts, but closing it does not give the place back: Close the
+// Conn.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
 // Established marks the connection's handshake finished: it no longer
 // counts against MaxHandshakes.
 func (c *Conn) Established() {

@@ -136,3 +136,8 @@ func (m *metrics) watchListener(name string, l *connlimit.Listener) {
 func (m *metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{})
 }
+
+// MetricsRegistry is where other parts of fleetd served on the HTTPS
+// listener (the config release) register their counters, so that /metrics
+// serves them too.
+func (s *Server) MetricsRegistry() prometheus.Registerer { return s.metrics.reg }

@@ -350,6 +350,10 @@ type Store interface {
 	// VerdictStore is the boot-policy verdict history (verdicts.go).
 	VerdictStore
 
+	// ConfigReleases keeps the configs waiting for their release over
+	// HTTPS and their burn state (release.go).
+	ConfigReleases
+
 	// Close releases the store's resources.
 	Close() error
 }

@@ -268,6 +268,30 @@ CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
 	`
 ALTER TABLE declarations ADD COLUMN install_disk text NOT NULL DEFAULT '';
 `,
+	// 12: configs waiting for their release over HTTPS, as SQLite's
+	// migration 10: one per machine UUID, sealed under a key only the
+	// install code derives; the code itself is never stored.
+	`
+CREATE TABLE config_releases (
+	uuid                text PRIMARY KEY,
+	node_id             text NOT NULL,
+	generation          bigint NOT NULL,
+	verifier            bytea NOT NULL,
+	sealed              bytea NOT NULL,
+	content_type        text NOT NULL,
+	created_at          timestamptz,
+	expires_at          timestamptz NOT NULL,
+	state               text NOT NULL,
+	claim_id            text NOT NULL,
+	claimed_until       timestamptz,
+	burned_at           timestamptz,
+	activation          text NOT NULL,
+	activated_at        timestamptz,
+	activation_attempts integer NOT NULL,
+	activation_error    text NOT NULL
+);
+CREATE INDEX config_releases_unsettled ON config_releases (burned_at) WHERE state = 'burned' AND activation = '';
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

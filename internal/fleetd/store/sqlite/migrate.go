@@ -263,6 +263,30 @@ CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
 	`
 ALTER TABLE declarations ADD COLUMN install_disk TEXT NOT NULL DEFAULT '';
 `,
+	// 10: configs waiting for their release over HTTPS (docs/install.md
+	// "Config release"), one per machine UUID, sealed under a key only the
+	// install code derives; the code itself is never stored.
+	`
+CREATE TABLE config_releases (
+	uuid                TEXT PRIMARY KEY,
+	node_id             TEXT NOT NULL,
+	generation          INTEGER NOT NULL,
+	verifier            BLOB NOT NULL,
+	sealed              BLOB NOT NULL,
+	content_type        TEXT NOT NULL,
+	created_at          INTEGER,
+	expires_at          INTEGER NOT NULL,
+	state               TEXT NOT NULL,
+	claim_id            TEXT NOT NULL,
+	claimed_until       INTEGER,
+	burned_at           INTEGER,
+	activation          TEXT NOT NULL,
+	activated_at        INTEGER,
+	activation_attempts INTEGER NOT NULL,
+	activation_error    TEXT NOT NULL
+) STRICT;
+CREATE INDEX config_releases_unsettled ON config_releases (burned_at) WHERE state = 'burned' AND activation = '';
+`,
 }
 
 const createMigrationsTable = `

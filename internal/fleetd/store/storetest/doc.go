@@ -67,4 +67,7 @@
 //   - NodeByEKPin prefers a node that is not retired, then the lowest id.
 //   - A repeated claim keeps its FirstSeen and counts up; the bound evicts
 //     the claim with the oldest LastSeen.
+//   - A config release's claim lapses exactly at its ClaimedUntil and a
+//     release expires exactly at its ExpiresAt; a new render of a UUID
+//     drops the earlier render's claim, burn and activation with it.
 package storetest
