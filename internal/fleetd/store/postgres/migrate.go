@@ -264,6 +264,22 @@ CREATE TABLE export_holds (
 );
 CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
 `,
+	// 11: intake sessions, as SQLite's migration 9.
+	`
+CREATE TABLE intake_sessions (
+	id            text PRIMARY KEY,
+	device        text NOT NULL,
+	ek_pin        text NOT NULL,
+	ek_public     bytea NOT NULL,
+	ak_name       bytea NOT NULL,
+	ak_public     bytea NOT NULL,
+	ldevid_serial text NOT NULL,
+	lak_serial    text NOT NULL,
+	created_at    timestamptz,
+	expires_at    timestamptz
+);
+CREATE INDEX intake_sessions_expires_at ON intake_sessions (expires_at);
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

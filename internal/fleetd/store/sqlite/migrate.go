@@ -258,6 +258,23 @@ CREATE TABLE export_holds (
 ) STRICT;
 CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
 `,
+	// 9: intake sessions (docs/install.md, "Intake"): the TPM a passed
+	// intake proved and the device it was admitted as, until expires_at.
+	`
+CREATE TABLE intake_sessions (
+	id            TEXT PRIMARY KEY,
+	device        TEXT NOT NULL,
+	ek_pin        TEXT NOT NULL,
+	ek_public     BLOB NOT NULL,
+	ak_name       BLOB NOT NULL,
+	ak_public     BLOB NOT NULL,
+	ldevid_serial TEXT NOT NULL,
+	lak_serial    TEXT NOT NULL,
+	created_at    INTEGER,
+	expires_at    INTEGER
+) STRICT;
+CREATE INDEX intake_sessions_expires_at ON intake_sessions (expires_at);
+`,
 }
 
 const createMigrationsTable = `
