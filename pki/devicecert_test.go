@@ -2,6 +2,8 @@ package pki
 
 import (
 	"crypto/x509"
+	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -81,5 +83,36 @@ func TestDeviceRequestsOutsideTheRulesAreRefused(t *testing.T) {
 	}
 	if _, err := a.DevIDIssuer.IssueDevice(good); err != nil {
 		t.Fatalf("the good request: %v", err)
+	}
+}
+
+func TestAddDevIDCAToAnOlderDirectory(t *testing.T) {
+	a, dir := newAuthority(t, "")
+	if err := AddDevIDCA(dir, time.Now()); !errors.Is(err, ErrExists) {
+		t.Fatalf("AddDevIDCA on a directory with a DevID CA: %v, want ErrExists", err)
+	}
+	for _, f := range []string{DevIDCACertFile, DevIDCAKeyFile} {
+		if err := os.Remove(Path(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := LoadAuthority(dir); err == nil || !strings.Contains(err.Error(), "fleetd init --add-devid-ca") {
+		t.Fatalf("LoadAuthority without a DevID CA: %v, want the way to add it", err)
+	}
+	if err := AddDevIDCA(dir, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := LoadAuthority(dir)
+	if err != nil || b.DevIDCA.Equal(a.DevIDCA) || b.DevIDIssuer == nil {
+		t.Fatalf("after AddDevIDCA: %v", err)
+	}
+	if err := b.DevIDCA.CheckSignatureFrom(b.Root); err != nil {
+		t.Errorf("the added DevID CA is not signed by the root: %v", err)
+	}
+	if b.DevIDCA.Equal(b.NodeCA) || b.DevIDCA.Subject.CommonName == b.NodeCA.Subject.CommonName {
+		t.Errorf("the DevID CA %q is the node CA's", b.DevIDCA.Subject.CommonName)
+	}
+	if st, err := os.Stat(Path(dir, DevIDCAKeyFile)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Errorf("devid-ca.key: %v %v", st.Mode(), err)
 	}
 }
