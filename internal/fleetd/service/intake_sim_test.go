@@ -326,3 +326,54 @@ func certifyRawKey(t *testing.T, tr transport.TPM, tmpl tpm2.TPMTPublic) (akPub,
 	}
 	return akPub, keyPub, rsp.CertifyInfo.Bytes(), tpm2.Marshal(rsp.Signature), csr
 }
+
+// The boot at intake is judged by the install environment class's policy,
+// whatever class the device is declared with (a worker here).
+func TestSimIntakeIsJudgedByTheInstallEnvironmentsPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		secureBoot  string // the class whose policy requires Secure Boot
+		intakeClass string
+		refused     bool
+	}{
+		{"the install environment's policy refuses", "install-environment", "", true},
+		{"the declared class's policy does not apply", "worker", "", false},
+		{"a configured intake class's policy applies", "worker", "worker", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, roots := newTPMMachine(t)
+			e := newEnv(t, func(c *service.Config) {
+				c.EKVerifier = mustVerifier(t, roots)
+				c.BootPolicy = permissivePolicies(t, tc.secureBoot)
+				c.IntakeClass = tc.intakeClass
+			})
+			ekPin, err := attest.EKPin(m.ek.Public)
+			if err != nil {
+				t.Fatal(err)
+			}
+			declareAs(t, e, roles.Declarer, installDecl(ekPin))
+			_, err = intake(t, e, m)
+			vs, verr := e.db.ListVerdicts(t.Context(), "web-01", 10)
+			wantClass := "install-environment"
+			if tc.intakeClass != "" {
+				wantClass = tc.intakeClass
+			}
+			if verr != nil || len(vs) != 1 || vs[0].Stage != "intake" || vs[0].Class != wantClass || vs[0].Passed == tc.refused {
+				t.Errorf("verdicts of web-01: %+v, %v; want one intake verdict of class %s", vs, verr, wantClass)
+			}
+			if !tc.refused {
+				if err != nil {
+					t.Fatalf("intake: %v", err)
+				}
+				return
+			}
+			wantIntakeRefused(t, e, err, "secure_boot: required")
+			if a := e.audit(t, "intake.refused"); len(a) != 1 || a[0].Subject != "web-01" || !strings.Contains(a[0].Detail, "boot policy") {
+				t.Errorf("refusal audit %+v", a)
+			}
+			if a := e.audit(t, "intake"); len(a) != 0 {
+				t.Errorf("a refused intake was audited as passed: %+v", a)
+			}
+		})
+	}
+}
