@@ -55,10 +55,16 @@ func (j *joinService) Intake(ctx context.Context, req *joinv1.IntakeRequest) (*j
 	reqID := newRequestID()
 	resp, err := j.intake(ctx, req)
 	if err == nil {
+		outcome := "issued"
+		if resp.GetChallenge() != nil {
+			outcome = "challenge"
+		}
+		j.s.metrics.intakes.WithLabelValues(outcome).Inc()
 		return resp, nil
 	}
 	var r *refusal
 	if !errors.As(err, &r) {
+		j.s.metrics.intakes.WithLabelValues("failed").Inc()
 		if errors.Is(err, pki.ErrKeyUnavailable) {
 			return nil, signFailure("intake (request "+reqID+")", err, logkey.RequestID, reqID)
 		}
@@ -68,9 +74,11 @@ func (j *joinService) Intake(ctx context.Context, req *joinv1.IntakeRequest) (*j
 	return nil, refused(codes.PermissionDenied, "%s: "+intakeHint, IntakeRefused, reqID)
 }
 
-// refusedIntake logs a refused intake within the refusal log's bound, and
-// audits it when the TPM had proved itself (r.audit).
+// refusedIntake counts a refused intake by its reason, logs it within the
+// refusal log's bound, and audits it when the TPM had proved itself
+// (r.audit).
 func (s *Server) refusedIntake(ctx context.Context, req *joinv1.IntakeRequest, r *refusal, reqID string) {
+	s.metrics.intakes.WithLabelValues("refused_" + r.code.String()).Inc()
 	s.logRefusal(ctx, r.code.String(), peerSource(ctx), "intake refused", logkey.RequestID, reqID, logkey.Reason, r.reason,
 		"reason_code", r.code.String(), logkey.ClaimedHostname, capClaim(req.GetClaims().GetHostname()), logkey.Peer, peerAddr(ctx))
 	if !r.audit {

@@ -179,6 +179,9 @@ func TestSimIntakeIssuesLDevIDAndLAKUnderTheDevIDCA(t *testing.T) {
 	if a := e.audit(t, "intake"); len(a) != 1 || a[0].Subject != "web-01" || !strings.Contains(a[0].Detail, ekPin) {
 		t.Errorf("intake audit %+v", a)
 	}
+	if got := e.metric(t, "nodetrust_intake_requests_total"); !strings.Contains(got, `outcome="challenge"} 1`) || !strings.Contains(got, `outcome="issued"} 1`) {
+		t.Errorf("intake metrics:\n%s", got)
+	}
 
 	t.Run("an intake round is not a join's", func(t *testing.T) {
 		req := m.intakeRequest(t)
@@ -218,6 +221,9 @@ func TestSimIntakeRefusesAnEKTheBindingDoesNotName(t *testing.T) {
 	declareAs(t, e, roles.Declarer, installDecl("sha256:"+strings.Repeat("ab", 32)))
 	_, err := intake(t, e, m)
 	wantIntakeRefused(t, e, err, "whose binding names other EKs")
+	if got := e.metric(t, "nodetrust_intake_requests_total"); !strings.Contains(got, `outcome="refused_not_admitted"} 1`) {
+		t.Errorf("intake metrics:\n%s", got)
+	}
 	if a := e.audit(t, "intake.refused"); len(a) != 1 || !strings.Contains(a[0].Detail, "other EKs") {
 		t.Errorf("refusal audit %+v", a)
 	}
