@@ -1335,7 +1335,7 @@ func (x *IntakeResponse) GetChallenge() *JoinChallenge {
 	return nil
 }
 
-func (x *IntakeResponse) GetIssued() *IntakeResult {
+func (x *IntakeResponse) GetIssued() *SignedJoinResult {
 	if x != nil {
 		if x, ok := x.Result.(*IntakeResponse_Issued); ok {
 			return x.Issued
@@ -1353,14 +1353,19 @@ type IntakeResponse_Challenge struct {
 }
 
 type IntakeResponse_Issued struct {
-	Issued *IntakeResult `protobuf:"bytes,2,opt,name=issued,proto3,oneof"`
+	// A serialized IntakeResult signed as a SignedJoinResult, with the
+	// label "nodetrust intake-response v1" in place of the join
+	// response's: SHA-256("nodetrust intake-response v1" || 0x00 ||
+	// payload), so that neither answer can stand in for the other.
+	Issued *SignedJoinResult `protobuf:"bytes,2,opt,name=issued,proto3,oneof"`
 }
 
 func (*IntakeResponse_Challenge) isIntakeResponse_Result() {}
 
 func (*IntakeResponse_Issued) isIntakeResponse_Result() {}
 
-// IntakeResult is what a passed intake issues.
+// IntakeResult is what a passed intake issues; it travels signed
+// (IntakeResponse.issued).
 type IntakeResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// SHA-256 of the CSR this result answers.
@@ -1571,10 +1576,10 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"\vdeferral_id\x18\x04 \x01(\tR\n" +
 	"deferralId\x12:\n" +
 	"\x06answer\x18\x05 \x01(\v2\".nodetrust.join.v1.ChallengeAnswerR\x06answer\x12%\n" +
-	"\x0edaemon_version\x18\x06 \x01(\tR\rdaemonVersion\"\x97\x01\n" +
+	"\x0edaemon_version\x18\x06 \x01(\tR\rdaemonVersion\"\x9b\x01\n" +
 	"\x0eIntakeResponse\x12@\n" +
-	"\tchallenge\x18\x01 \x01(\v2 .nodetrust.join.v1.JoinChallengeH\x00R\tchallenge\x129\n" +
-	"\x06issued\x18\x02 \x01(\v2\x1f.nodetrust.join.v1.IntakeResultH\x00R\x06issuedB\b\n" +
+	"\tchallenge\x18\x01 \x01(\v2 .nodetrust.join.v1.JoinChallengeH\x00R\tchallenge\x12=\n" +
+	"\x06issued\x18\x02 \x01(\v2#.nodetrust.join.v1.SignedJoinResultH\x00R\x06issuedB\b\n" +
 	"\x06result\"\xf8\x01\n" +
 	"\fIntakeResult\x12\x1d\n" +
 	"\n" +
@@ -1639,7 +1644,7 @@ var file_nodetrust_join_v1_join_proto_depIdxs = []int32{
 	0,  // 10: nodetrust.join.v1.IntakeRequest.claims:type_name -> nodetrust.join.v1.HardwareClaims
 	3,  // 11: nodetrust.join.v1.IntakeRequest.answer:type_name -> nodetrust.join.v1.ChallengeAnswer
 	9,  // 12: nodetrust.join.v1.IntakeResponse.challenge:type_name -> nodetrust.join.v1.JoinChallenge
-	16, // 13: nodetrust.join.v1.IntakeResponse.issued:type_name -> nodetrust.join.v1.IntakeResult
+	6,  // 13: nodetrust.join.v1.IntakeResponse.issued:type_name -> nodetrust.join.v1.SignedJoinResult
 	1,  // 14: nodetrust.join.v1.JoinService.Join:input_type -> nodetrust.join.v1.JoinRequest
 	10, // 15: nodetrust.join.v1.JoinService.Renew:input_type -> nodetrust.join.v1.RenewRequest
 	12, // 16: nodetrust.join.v1.JoinService.GetWellKnown:input_type -> nodetrust.join.v1.GetWellKnownRequest

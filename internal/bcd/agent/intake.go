@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/sha256"
@@ -20,6 +19,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/hwclaims"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm"
 )
 
@@ -84,7 +84,8 @@ type IntakeResult struct {
 // "Intake"): it makes a device key and an AK, has the AK certify the
 // device key over the SHA-256 of the device key's CSR, answers the
 // control plane's challenge (credential activation and a quote of the
-// boot PCRs over its nonce), checks what comes back — the LDevID
+// boot PCRs over its nonce), checks what comes back — signed by the
+// JoinService signing key of join_signing_key_pin, for this CSR; the LDevID
 // certifies the device key and the LAK certificate the AK, each chained
 // to the roots sent — and stores both chains, the two keys' TPM records
 // and the session in <data_dir>/devid (0700; files 0600, each written
@@ -117,8 +118,8 @@ func Intake(ctx context.Context, c IntakeConfig) (*IntakeResult, error) {
 		return nil, err
 	}
 	req := &joinv1.IntakeRequest{Csr: csr, Tpm: ev, Claims: claimsProto(c.Claims), DaemonVersion: c.Version}
-	var issued *joinv1.IntakeResult
-	for round := 0; issued == nil; round++ {
+	var signed *joinv1.SignedJoinResult
+	for round := 0; signed == nil; round++ {
 		if round > maxChallengeRounds {
 			return nil, fmt.Errorf("intake still challenged after %d rounds", maxChallengeRounds)
 		}
@@ -133,7 +134,10 @@ func Intake(ctx context.Context, c IntakeConfig) (*IntakeResult, error) {
 		}
 		switch r := resp.Result.(type) {
 		case *joinv1.IntakeResponse_Issued:
-			issued = r.Issued
+			if r.Issued == nil {
+				return nil, errors.New("the control plane sent an empty intake result")
+			}
+			signed = r.Issued
 		case *joinv1.IntakeResponse_Challenge:
 			ans, err := tj.answer(ctx, r.Challenge)
 			if err != nil {
@@ -144,8 +148,9 @@ func Intake(ctx context.Context, c IntakeConfig) (*IntakeResult, error) {
 			return nil, errors.New("the control plane sent an empty intake response")
 		}
 	}
-	if !bytes.Equal(issued.CsrSha256, csrHash[:]) {
-		return nil, errors.New("the intake result answers another request than this one")
+	issued, err := joinresponse.OpenIntake(signed, c.Pins.JoinSigning, csrHash[:])
+	if err != nil {
+		return nil, err
 	}
 	now := time.Now()
 	ldevid, err := checkDeviceChain("LDevID", issued.LdevidChain, issued.Roots, key.Public(), now)

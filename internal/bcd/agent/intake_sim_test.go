@@ -47,10 +47,21 @@ func TestSimIntakeStoresTheDeviceIdentity(t *testing.T) {
 	const uuid = "00000000-0000-4000-8000-0000000000cd"
 	declareBound(t, cp, "web-02", uuid, ekPin)
 	dir := t.TempDir()
-	res, err := agent.Intake(t.Context(), agent.IntakeConfig{
+	ic := agent.IntakeConfig{
 		Servers: []string{cp.addr}, ServerName: "localhost", Pins: cp.pins, DataDir: dir,
 		TPM: agent.Direct(tp), Claims: hwclaims.Claims{ProductUUID: uuid, Hostname: "hookos"},
-	})
+	}
+	// An answer not signed by the pinned JoinService signing key is not
+	// taken, and nothing is stored.
+	wrong := ic
+	wrong.Pins.JoinSigning = cp.pins.ServingCA
+	if _, err := agent.Intake(t.Context(), wrong); err == nil || !strings.Contains(err.Error(), "join signing key pin") {
+		t.Fatalf("intake with another join signing key pin: %v", err)
+	}
+	if _, err := os.Stat(agent.IntakeDir(dir)); !os.IsNotExist(err) {
+		t.Fatalf("an intake answer under another pin left %s: %v", agent.IntakeDir(dir), err)
+	}
+	res, err := agent.Intake(t.Context(), ic)
 	if err != nil {
 		t.Fatalf("intake: %v", err)
 	}

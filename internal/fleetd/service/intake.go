@@ -18,6 +18,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm/tpmpub"
 )
 
@@ -277,7 +278,7 @@ func (j *joinService) intakeProven(ctx context.Context, req *joinv1.IntakeReques
 		}
 		return out
 	}
-	return &joinv1.IntakeResponse{Result: &joinv1.IntakeResponse_Issued{Issued: &joinv1.IntakeResult{
+	signed, err := joinresponse.SignIntake(s.cfg.Authority.JoinSigner, &joinv1.IntakeResult{
 		CsrSha256:               ch.csrHash,
 		LdevidChain:             chainDER(ldevid),
 		LakChain:                chainDER(lak),
@@ -285,7 +286,11 @@ func (j *joinService) intakeProven(ctx context.Context, req *joinv1.IntakeReques
 		Device:                  decl.Name,
 		SessionId:               sess.ID,
 		SessionNotAfterUnixNano: notAfter.UnixNano(),
-	}}}, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sign the intake result of %s: %w", decl.Name, err)
+	}
+	return &joinv1.IntakeResponse{Result: &joinv1.IntakeResponse_Issued{Issued: signed}}, nil
 }
 
 // intakeBootCheck judges the quoted boot by the policy of the intake

@@ -22,6 +22,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/pki"
+	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm"
 	"github.com/nodetrust/nodetrust/tpm/tpmpub"
 	"github.com/nodetrust/nodetrust/tpm/tpmsim"
@@ -77,7 +78,11 @@ func intake(t *testing.T, e *env, m *tpmMachine) (*joinv1.IntakeResult, error) {
 	if resp.GetIssued() == nil {
 		t.Fatalf("intake round 2 answered %v, want the certificates", resp)
 	}
-	return resp.GetIssued(), nil
+	res, err := joinresponse.OpenIntake(resp.GetIssued(), e.bundle.JoinSigningKeyPin, sha256Of(req.Csr))
+	if err != nil {
+		t.Fatalf("the signed intake result: %v", err)
+	}
+	return res, nil
 }
 
 // wantIntakeRefused checks err is the wire's intake refusal and that the
@@ -382,4 +387,9 @@ func TestSimIntakeIsJudgedByTheInstallEnvironmentsPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+func sha256Of(b []byte) []byte {
+	h := sha256.Sum256(b)
+	return h[:]
 }
