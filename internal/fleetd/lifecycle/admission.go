@@ -268,6 +268,9 @@ func (a *Admission) DecideIntake(ctx context.Context, ekPin string, claims store
 	if n != nil {
 		state = n.State
 	}
+	if state != store.StatePlanned && state != store.StateProvisioning {
+		return store.Declaration{}, "", refuse(true, d.Name, "%s is %s: intake is for planned or provisioning devices (an installed node re-joins with bcd join --attestor tpm; one to install anew is retired and declared again)", d.Name, state)
+	}
 	why, err := a.checkBinding(ctx, ekPin, d, n, state)
 	if err != nil {
 		return store.Declaration{}, "", err
