@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key/softhsmtest"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
@@ -78,4 +79,38 @@ func TestIntakeWithTheRealBinaries(t *testing.T) {
 			t.Errorf("a refused intake left devid/: %v", err)
 		}
 	})
+}
+
+// With the DevID CA's key in a PKCS#11 token (SoftHSM2), fleetd signs an
+// intake's certificates through the token: no devid-ca.key file exists.
+func TestIntakeSignsWithTheDevIDCAInAToken(t *testing.T) {
+	hsm := softhsmtest.New(t)
+	hsm.InitToken(t, "fleet")
+	sw := tpmtest.StartSwtpm(t)
+	cp := startControlPlaneWith(t, cpOptions{
+		extraConfig: pkcs11Config(hsm),
+		initArgs:    []string{"--pkcs11", "pkcs11:token=fleet"},
+		env:         []string{hsm.Env()},
+	})
+	pkiDir := filepath.Join(cp.dir, "pki")
+	if _, err := os.Stat(filepath.Join(pkiDir, pki.DevIDCAKeyFile)); !os.IsNotExist(err) {
+		t.Fatalf("%s exists (%v): the DevID CA's key should be in the token", pki.DevIDCAKeyFile, err)
+	}
+	declarer := cp.credential(t, "alice", "declarer")
+	cp.apply(t, declarer, inventoryFile(decl{"web-01", uuid1, "worker", ekPin(t, sw)}))
+	m := tpmMachine(t, cp, uuid1, sw, "")
+	if r := run(t, "", m.env(), "bcd", "intake", "--config", m.cfg); r.code != 0 {
+		t.Fatalf("bcd intake: %s", r)
+	}
+	devidCA, err := pki.ReadCerts(filepath.Join(pkiDir, pki.DevIDCACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ldevid, err := pki.ReadCerts(filepath.Join(m.dataDir, "devid", "ldevid.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ldevid[0].CheckSignatureFrom(devidCA[0]); err != nil {
+		t.Errorf("the LDevID is not signed by the DevID CA in the token: %v", err)
+	}
 }
