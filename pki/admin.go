@@ -123,23 +123,38 @@ func ParseAdminCert(c *x509.Certificate, trustDomain string) (AdminCertInfo, err
 // CA is there already. The owner credential already in admin/ keeps
 // working; new credentials come from the admin CA.
 func AddAdminCA(dir string, now time.Time) error {
-	for _, name := range []string{AdminCACertFile, AdminCAKeyFile} {
+	return addSubCA(dir, AdminCACertFile, AdminCAKeyFile, "admin CA", now)
+}
+
+// AddDevIDCA adds the DevID CA (devid-ca.crt and devid-ca.key, a key
+// file) to a PKI directory [Init] wrote before it made one, signing it
+// with root-ca.key, which must be in dir. It refuses, wrapping
+// [ErrExists], when the DevID CA is there already. Nothing else changes:
+// node certificates and pins stay as they are.
+func AddDevIDCA(dir string, now time.Time) error {
+	return addSubCA(dir, DevIDCACertFile, DevIDCAKeyFile, KeyDevIDCA.Description(), now)
+}
+
+// addSubCA adds a CA under the root, label, as certFile and keyFile of dir.
+func addSubCA(dir, certFile, keyFile, label string, now time.Time) error {
+	fail := func(err error) error { return fmt.Errorf("add %s: %w", label, err) }
+	for _, name := range []string{certFile, keyFile} {
 		if _, err := os.Lstat(Path(dir, name)); err == nil {
-			return fmt.Errorf("add admin CA: %s: %w", Path(dir, name), ErrExists)
+			return fail(fmt.Errorf("%s: %w", Path(dir, name), ErrExists))
 		} else if !errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("add admin CA: %w", err)
+			return fail(err)
 		}
 	}
 	root, err := readOneCert(dir, RootCACertFile)
 	if err != nil {
-		return fmt.Errorf("add admin CA: %w", err)
+		return fail(err)
 	}
 	rootKey, err := ReadPrivateKey(Path(dir, RootCAKeyFile))
 	if err != nil {
-		return fmt.Errorf("add admin CA: the root CA's key is needed: %w", err)
+		return fail(fmt.Errorf("the root CA's key is needed: %w", err))
 	}
 	if !publicKeysEqual(rootKey.Public(), root.PublicKey) {
-		return fmt.Errorf("add admin CA: %s does not match %s", RootCAKeyFile, RootCACertFile)
+		return fail(fmt.Errorf("%s does not match %s", RootCAKeyFile, RootCACertFile))
 	}
 	if now.IsZero() {
 		now = time.Now()
@@ -148,20 +163,20 @@ func AddAdminCA(dir string, now time.Time) error {
 	if len(root.Subject.Organization) == 1 {
 		td = root.Subject.Organization[0]
 	}
-	ca, key, err := makeSubCA(root, rootKey, "admin CA", td, now)
+	ca, key, err := makeSubCA(root, rootKey, label, td, now)
 	if err != nil {
-		return fmt.Errorf("add admin CA: %w", err)
+		return fail(err)
 	}
 	keyPEM, err := MarshalPrivateKeyPEM(key)
 	if err != nil {
-		return fmt.Errorf("add admin CA: %w", err)
+		return fail(err)
 	}
-	if err := writeNewFile(Path(dir, AdminCAKeyFile), keyPEM, PrivateKeyMode); err != nil {
-		return fmt.Errorf("add admin CA: %w", err)
+	if err := writeNewFile(Path(dir, keyFile), keyPEM, PrivateKeyMode); err != nil {
+		return fail(err)
 	}
-	if err := writeNewFile(Path(dir, AdminCACertFile), EncodeCertsPEM(ca), PublicFileMode); err != nil {
-		os.Remove(Path(dir, AdminCAKeyFile))
-		return fmt.Errorf("add admin CA: %w", err)
+	if err := writeNewFile(Path(dir, certFile), EncodeCertsPEM(ca), PublicFileMode); err != nil {
+		os.Remove(Path(dir, keyFile))
+		return fail(err)
 	}
 	return syncDir(dir)
 }

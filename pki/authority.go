@@ -98,6 +98,9 @@ func LoadAuthorityWith(dir string, open KeyOpener) (*Authority, error) {
 		return fail(NodeCAKeyFile, err)
 	}
 
+	if _, err := os.Lstat(Path(dir, DevIDCACertFile)); errors.Is(err, fs.ErrNotExist) {
+		return fail(DevIDCACertFile, errors.New("missing: the PKI was made before the DevID CA; add it with fleetd init --add-devid-ca --dir "+dir+" (needs root-ca.key there)"))
+	}
 	if a.DevIDCA, err = readOneCert(dir, DevIDCACertFile); err != nil {
 		return nil, err
 	}

@@ -1185,6 +1185,288 @@ func (x *GetWellKnownResponse) GetServerTimeUnixNano() int64 {
 	return 0
 }
 
+// IntakeRequest is one round of an intake. The first round carries the
+// evidence; the second, the same CSR and evidence, the deferral_id of the
+// JoinChallenge it answers and the answer.
+type IntakeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The device key's PKCS#10 request, DER, signed by the device key.
+	Csr []byte `protobuf:"bytes,1,opt,name=csr,proto3" json:"csr,omitempty"`
+	// The TPM's evidence. node_key_public, certify_attest and
+	// certify_signature are the device key's public area and the AK's
+	// TPM2_Certify of it with qualifying data sha256(csr).
+	Tpm *TpmEvidence `protobuf:"bytes,2,opt,name=tpm,proto3" json:"tpm,omitempty"`
+	// What the machine says it is; they select its declaration, they prove
+	// nothing.
+	Claims        *HardwareClaims  `protobuf:"bytes,3,opt,name=claims,proto3" json:"claims,omitempty"`
+	DeferralId    string           `protobuf:"bytes,4,opt,name=deferral_id,json=deferralId,proto3" json:"deferral_id,omitempty"`
+	Answer        *ChallengeAnswer `protobuf:"bytes,5,opt,name=answer,proto3" json:"answer,omitempty"`
+	DaemonVersion string           `protobuf:"bytes,6,opt,name=daemon_version,json=daemonVersion,proto3" json:"daemon_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakeRequest) Reset() {
+	*x = IntakeRequest{}
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakeRequest) ProtoMessage() {}
+
+func (x *IntakeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakeRequest.ProtoReflect.Descriptor instead.
+func (*IntakeRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *IntakeRequest) GetCsr() []byte {
+	if x != nil {
+		return x.Csr
+	}
+	return nil
+}
+
+func (x *IntakeRequest) GetTpm() *TpmEvidence {
+	if x != nil {
+		return x.Tpm
+	}
+	return nil
+}
+
+func (x *IntakeRequest) GetClaims() *HardwareClaims {
+	if x != nil {
+		return x.Claims
+	}
+	return nil
+}
+
+func (x *IntakeRequest) GetDeferralId() string {
+	if x != nil {
+		return x.DeferralId
+	}
+	return ""
+}
+
+func (x *IntakeRequest) GetAnswer() *ChallengeAnswer {
+	if x != nil {
+		return x.Answer
+	}
+	return nil
+}
+
+func (x *IntakeRequest) GetDaemonVersion() string {
+	if x != nil {
+		return x.DaemonVersion
+	}
+	return ""
+}
+
+type IntakeResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*IntakeResponse_Challenge
+	//	*IntakeResponse_Issued
+	Result        isIntakeResponse_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IntakeResponse) Reset() {
+	*x = IntakeResponse{}
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakeResponse) ProtoMessage() {}
+
+func (x *IntakeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakeResponse.ProtoReflect.Descriptor instead.
+func (*IntakeResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *IntakeResponse) GetResult() isIntakeResponse_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *IntakeResponse) GetChallenge() *JoinChallenge {
+	if x != nil {
+		if x, ok := x.Result.(*IntakeResponse_Challenge); ok {
+			return x.Challenge
+		}
+	}
+	return nil
+}
+
+func (x *IntakeResponse) GetIssued() *SignedJoinResult {
+	if x != nil {
+		if x, ok := x.Result.(*IntakeResponse_Issued); ok {
+			return x.Issued
+		}
+	}
+	return nil
+}
+
+type isIntakeResponse_Result interface {
+	isIntakeResponse_Result()
+}
+
+type IntakeResponse_Challenge struct {
+	Challenge *JoinChallenge `protobuf:"bytes,1,opt,name=challenge,proto3,oneof"`
+}
+
+type IntakeResponse_Issued struct {
+	// A serialized IntakeResult signed as a SignedJoinResult, with the
+	// label "nodetrust intake-response v1" in place of the join
+	// response's: SHA-256("nodetrust intake-response v1" || 0x00 ||
+	// payload), so that neither answer can stand in for the other.
+	Issued *SignedJoinResult `protobuf:"bytes,2,opt,name=issued,proto3,oneof"`
+}
+
+func (*IntakeResponse_Challenge) isIntakeResponse_Result() {}
+
+func (*IntakeResponse_Issued) isIntakeResponse_Result() {}
+
+// IntakeResult is what a passed intake issues; it travels signed
+// (IntakeResponse.issued).
+type IntakeResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// SHA-256 of the CSR this result answers.
+	CsrSha256 []byte `protobuf:"bytes,1,opt,name=csr_sha256,json=csrSha256,proto3" json:"csr_sha256,omitempty"`
+	// The LDevID chain, DER, leaf first (the DevID CA follows it); the root
+	// is not included.
+	LdevidChain [][]byte `protobuf:"bytes,2,rep,name=ldevid_chain,json=ldevidChain,proto3" json:"ldevid_chain,omitempty"`
+	// The LAK certificate chain, DER, leaf first: the certificate of the
+	// AK's public key.
+	LakChain [][]byte `protobuf:"bytes,3,rep,name=lak_chain,json=lakChain,proto3" json:"lak_chain,omitempty"`
+	// The trust bundle: root certificates, DER.
+	Roots [][]byte `protobuf:"bytes,4,rep,name=roots,proto3" json:"roots,omitempty"`
+	// The declared device the machine was admitted as.
+	Device string `protobuf:"bytes,5,opt,name=device,proto3" json:"device,omitempty"`
+	// The intake session's id and when it ends (Unix nanoseconds): the
+	// admission step names it, and refuses it once it has ended.
+	SessionId               string `protobuf:"bytes,6,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionNotAfterUnixNano int64  `protobuf:"varint,7,opt,name=session_not_after_unix_nano,json=sessionNotAfterUnixNano,proto3" json:"session_not_after_unix_nano,omitempty"`
+	unknownFields           protoimpl.UnknownFields
+	sizeCache               protoimpl.SizeCache
+}
+
+func (x *IntakeResult) Reset() {
+	*x = IntakeResult{}
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IntakeResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IntakeResult) ProtoMessage() {}
+
+func (x *IntakeResult) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IntakeResult.ProtoReflect.Descriptor instead.
+func (*IntakeResult) Descriptor() ([]byte, []int) {
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *IntakeResult) GetCsrSha256() []byte {
+	if x != nil {
+		return x.CsrSha256
+	}
+	return nil
+}
+
+func (x *IntakeResult) GetLdevidChain() [][]byte {
+	if x != nil {
+		return x.LdevidChain
+	}
+	return nil
+}
+
+func (x *IntakeResult) GetLakChain() [][]byte {
+	if x != nil {
+		return x.LakChain
+	}
+	return nil
+}
+
+func (x *IntakeResult) GetRoots() [][]byte {
+	if x != nil {
+		return x.Roots
+	}
+	return nil
+}
+
+func (x *IntakeResult) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *IntakeResult) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *IntakeResult) GetSessionNotAfterUnixNano() int64 {
+	if x != nil {
+		return x.SessionNotAfterUnixNano
+	}
+	return 0
+}
+
 var File_nodetrust_join_v1_join_proto protoreflect.FileDescriptor
 
 const file_nodetrust_join_v1_join_proto_rawDesc = "" +
@@ -1286,11 +1568,34 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"\x13GetWellKnownRequest\"e\n" +
 	"\x14GetWellKnownResponse\x12\x1a\n" +
 	"\bdocument\x18\x01 \x01(\fR\bdocument\x121\n" +
-	"\x15server_time_unix_nano\x18\x02 \x01(\x03R\x12serverTimeUnixNano2\x83\x02\n" +
+	"\x15server_time_unix_nano\x18\x02 \x01(\x03R\x12serverTimeUnixNano\"\x92\x02\n" +
+	"\rIntakeRequest\x12\x10\n" +
+	"\x03csr\x18\x01 \x01(\fR\x03csr\x120\n" +
+	"\x03tpm\x18\x02 \x01(\v2\x1e.nodetrust.join.v1.TpmEvidenceR\x03tpm\x129\n" +
+	"\x06claims\x18\x03 \x01(\v2!.nodetrust.join.v1.HardwareClaimsR\x06claims\x12\x1f\n" +
+	"\vdeferral_id\x18\x04 \x01(\tR\n" +
+	"deferralId\x12:\n" +
+	"\x06answer\x18\x05 \x01(\v2\".nodetrust.join.v1.ChallengeAnswerR\x06answer\x12%\n" +
+	"\x0edaemon_version\x18\x06 \x01(\tR\rdaemonVersion\"\x9b\x01\n" +
+	"\x0eIntakeResponse\x12@\n" +
+	"\tchallenge\x18\x01 \x01(\v2 .nodetrust.join.v1.JoinChallengeH\x00R\tchallenge\x12=\n" +
+	"\x06issued\x18\x02 \x01(\v2#.nodetrust.join.v1.SignedJoinResultH\x00R\x06issuedB\b\n" +
+	"\x06result\"\xf8\x01\n" +
+	"\fIntakeResult\x12\x1d\n" +
+	"\n" +
+	"csr_sha256\x18\x01 \x01(\fR\tcsrSha256\x12!\n" +
+	"\fldevid_chain\x18\x02 \x03(\fR\vldevidChain\x12\x1b\n" +
+	"\tlak_chain\x18\x03 \x03(\fR\blakChain\x12\x14\n" +
+	"\x05roots\x18\x04 \x03(\fR\x05roots\x12\x16\n" +
+	"\x06device\x18\x05 \x01(\tR\x06device\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x06 \x01(\tR\tsessionId\x12<\n" +
+	"\x1bsession_not_after_unix_nano\x18\a \x01(\x03R\x17sessionNotAfterUnixNano2\xd2\x02\n" +
 	"\vJoinService\x12G\n" +
 	"\x04Join\x12\x1e.nodetrust.join.v1.JoinRequest\x1a\x1f.nodetrust.join.v1.JoinResponse\x12J\n" +
 	"\x05Renew\x12\x1f.nodetrust.join.v1.RenewRequest\x1a .nodetrust.join.v1.RenewResponse\x12_\n" +
-	"\fGetWellKnown\x12&.nodetrust.join.v1.GetWellKnownRequest\x1a'.nodetrust.join.v1.GetWellKnownResponseB+Z)github.com/nodetrust/nodetrust/api/joinv1b\x06proto3"
+	"\fGetWellKnown\x12&.nodetrust.join.v1.GetWellKnownRequest\x1a'.nodetrust.join.v1.GetWellKnownResponse\x12M\n" +
+	"\x06Intake\x12 .nodetrust.join.v1.IntakeRequest\x1a!.nodetrust.join.v1.IntakeResponseB+Z)github.com/nodetrust/nodetrust/api/joinv1b\x06proto3"
 
 var (
 	file_nodetrust_join_v1_join_proto_rawDescOnce sync.Once
@@ -1304,7 +1609,7 @@ func file_nodetrust_join_v1_join_proto_rawDescGZIP() []byte {
 	return file_nodetrust_join_v1_join_proto_rawDescData
 }
 
-var file_nodetrust_join_v1_join_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_nodetrust_join_v1_join_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_nodetrust_join_v1_join_proto_goTypes = []any{
 	(*HardwareClaims)(nil),       // 0: nodetrust.join.v1.HardwareClaims
 	(*JoinRequest)(nil),          // 1: nodetrust.join.v1.JoinRequest
@@ -1320,29 +1625,39 @@ var file_nodetrust_join_v1_join_proto_goTypes = []any{
 	(*RenewResponse)(nil),        // 11: nodetrust.join.v1.RenewResponse
 	(*GetWellKnownRequest)(nil),  // 12: nodetrust.join.v1.GetWellKnownRequest
 	(*GetWellKnownResponse)(nil), // 13: nodetrust.join.v1.GetWellKnownResponse
-	nil,                          // 14: nodetrust.join.v1.ChallengeAnswer.PcrsEntry
+	(*IntakeRequest)(nil),        // 14: nodetrust.join.v1.IntakeRequest
+	(*IntakeResponse)(nil),       // 15: nodetrust.join.v1.IntakeResponse
+	(*IntakeResult)(nil),         // 16: nodetrust.join.v1.IntakeResult
+	nil,                          // 17: nodetrust.join.v1.ChallengeAnswer.PcrsEntry
 }
 var file_nodetrust_join_v1_join_proto_depIdxs = []int32{
 	0,  // 0: nodetrust.join.v1.JoinRequest.claims:type_name -> nodetrust.join.v1.HardwareClaims
 	2,  // 1: nodetrust.join.v1.JoinRequest.tpm:type_name -> nodetrust.join.v1.TpmEvidence
 	3,  // 2: nodetrust.join.v1.JoinRequest.answer:type_name -> nodetrust.join.v1.ChallengeAnswer
-	14, // 3: nodetrust.join.v1.ChallengeAnswer.pcrs:type_name -> nodetrust.join.v1.ChallengeAnswer.PcrsEntry
+	17, // 3: nodetrust.join.v1.ChallengeAnswer.pcrs:type_name -> nodetrust.join.v1.ChallengeAnswer.PcrsEntry
 	6,  // 4: nodetrust.join.v1.JoinResponse.signed:type_name -> nodetrust.join.v1.SignedJoinResult
 	8,  // 5: nodetrust.join.v1.JoinResponse.pending:type_name -> nodetrust.join.v1.JoinPending
 	9,  // 6: nodetrust.join.v1.JoinResponse.challenge:type_name -> nodetrust.join.v1.JoinChallenge
 	4,  // 7: nodetrust.join.v1.RenewRequest.key_attestation:type_name -> nodetrust.join.v1.KeyAttestation
 	6,  // 8: nodetrust.join.v1.RenewResponse.signed:type_name -> nodetrust.join.v1.SignedJoinResult
-	1,  // 9: nodetrust.join.v1.JoinService.Join:input_type -> nodetrust.join.v1.JoinRequest
-	10, // 10: nodetrust.join.v1.JoinService.Renew:input_type -> nodetrust.join.v1.RenewRequest
-	12, // 11: nodetrust.join.v1.JoinService.GetWellKnown:input_type -> nodetrust.join.v1.GetWellKnownRequest
-	5,  // 12: nodetrust.join.v1.JoinService.Join:output_type -> nodetrust.join.v1.JoinResponse
-	11, // 13: nodetrust.join.v1.JoinService.Renew:output_type -> nodetrust.join.v1.RenewResponse
-	13, // 14: nodetrust.join.v1.JoinService.GetWellKnown:output_type -> nodetrust.join.v1.GetWellKnownResponse
-	12, // [12:15] is the sub-list for method output_type
-	9,  // [9:12] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	2,  // 9: nodetrust.join.v1.IntakeRequest.tpm:type_name -> nodetrust.join.v1.TpmEvidence
+	0,  // 10: nodetrust.join.v1.IntakeRequest.claims:type_name -> nodetrust.join.v1.HardwareClaims
+	3,  // 11: nodetrust.join.v1.IntakeRequest.answer:type_name -> nodetrust.join.v1.ChallengeAnswer
+	9,  // 12: nodetrust.join.v1.IntakeResponse.challenge:type_name -> nodetrust.join.v1.JoinChallenge
+	6,  // 13: nodetrust.join.v1.IntakeResponse.issued:type_name -> nodetrust.join.v1.SignedJoinResult
+	1,  // 14: nodetrust.join.v1.JoinService.Join:input_type -> nodetrust.join.v1.JoinRequest
+	10, // 15: nodetrust.join.v1.JoinService.Renew:input_type -> nodetrust.join.v1.RenewRequest
+	12, // 16: nodetrust.join.v1.JoinService.GetWellKnown:input_type -> nodetrust.join.v1.GetWellKnownRequest
+	14, // 17: nodetrust.join.v1.JoinService.Intake:input_type -> nodetrust.join.v1.IntakeRequest
+	5,  // 18: nodetrust.join.v1.JoinService.Join:output_type -> nodetrust.join.v1.JoinResponse
+	11, // 19: nodetrust.join.v1.JoinService.Renew:output_type -> nodetrust.join.v1.RenewResponse
+	13, // 20: nodetrust.join.v1.JoinService.GetWellKnown:output_type -> nodetrust.join.v1.GetWellKnownResponse
+	15, // 21: nodetrust.join.v1.JoinService.Intake:output_type -> nodetrust.join.v1.IntakeResponse
+	18, // [18:22] is the sub-list for method output_type
+	14, // [14:18] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_join_v1_join_proto_init() }
@@ -1355,13 +1670,17 @@ func file_nodetrust_join_v1_join_proto_init() {
 		(*JoinResponse_Pending)(nil),
 		(*JoinResponse_Challenge)(nil),
 	}
+	file_nodetrust_join_v1_join_proto_msgTypes[15].OneofWrappers = []any{
+		(*IntakeResponse_Challenge)(nil),
+		(*IntakeResponse_Issued)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_join_v1_join_proto_rawDesc), len(file_nodetrust_join_v1_join_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

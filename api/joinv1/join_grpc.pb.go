@@ -26,6 +26,7 @@ const (
 	JoinService_Join_FullMethodName         = "/nodetrust.join.v1.JoinService/Join"
 	JoinService_Renew_FullMethodName        = "/nodetrust.join.v1.JoinService/Renew"
 	JoinService_GetWellKnown_FullMethodName = "/nodetrust.join.v1.JoinService/GetWellKnown"
+	JoinService_Intake_FullMethodName       = "/nodetrust.join.v1.JoinService/Intake"
 )
 
 // JoinServiceClient is the client API for JoinService service.
@@ -49,6 +50,17 @@ type JoinServiceClient interface {
 	// GET /.well-known/nodetrust.json, for machines that bootstrap from
 	// --server and the three pins.
 	GetWellKnown(ctx context.Context, in *GetWellKnownRequest, opts ...grpc.CallOption) (*GetWellKnownResponse, error)
+	// Intake runs the attestation session of a declared machine in the
+	// install environment (seed 003, "Attestation and admission"): the same
+	// two rounds as a tpm join (EK, credential activation, a nonce-bound
+	// quote, the event log judged by the install environment class's boot
+	// policy), in which the AK certifies a fresh TPM-held device key. It
+	// answers with the LDevID (the device key's certificate) and the LAK
+	// certificate (the AK's), both under the DevID CA, and the id of the
+	// intake session that later steps name. Every refusal is
+	// PERMISSION_DENIED with a message starting "Intake refused"; the reason
+	// is logged and audited on the server only.
+	Intake(ctx context.Context, in *IntakeRequest, opts ...grpc.CallOption) (*IntakeResponse, error)
 }
 
 type joinServiceClient struct {
@@ -89,6 +101,16 @@ func (c *joinServiceClient) GetWellKnown(ctx context.Context, in *GetWellKnownRe
 	return out, nil
 }
 
+func (c *joinServiceClient) Intake(ctx context.Context, in *IntakeRequest, opts ...grpc.CallOption) (*IntakeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(IntakeResponse)
+	err := c.cc.Invoke(ctx, JoinService_Intake_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JoinServiceServer is the server API for JoinService service.
 // All implementations must embed UnimplementedJoinServiceServer
 // for forward compatibility.
@@ -110,6 +132,17 @@ type JoinServiceServer interface {
 	// GET /.well-known/nodetrust.json, for machines that bootstrap from
 	// --server and the three pins.
 	GetWellKnown(context.Context, *GetWellKnownRequest) (*GetWellKnownResponse, error)
+	// Intake runs the attestation session of a declared machine in the
+	// install environment (seed 003, "Attestation and admission"): the same
+	// two rounds as a tpm join (EK, credential activation, a nonce-bound
+	// quote, the event log judged by the install environment class's boot
+	// policy), in which the AK certifies a fresh TPM-held device key. It
+	// answers with the LDevID (the device key's certificate) and the LAK
+	// certificate (the AK's), both under the DevID CA, and the id of the
+	// intake session that later steps name. Every refusal is
+	// PERMISSION_DENIED with a message starting "Intake refused"; the reason
+	// is logged and audited on the server only.
+	Intake(context.Context, *IntakeRequest) (*IntakeResponse, error)
 	mustEmbedUnimplementedJoinServiceServer()
 }
 
@@ -128,6 +161,9 @@ func (UnimplementedJoinServiceServer) Renew(context.Context, *RenewRequest) (*Re
 }
 func (UnimplementedJoinServiceServer) GetWellKnown(context.Context, *GetWellKnownRequest) (*GetWellKnownResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetWellKnown not implemented")
+}
+func (UnimplementedJoinServiceServer) Intake(context.Context, *IntakeRequest) (*IntakeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Intake not implemented")
 }
 func (UnimplementedJoinServiceServer) mustEmbedUnimplementedJoinServiceServer() {}
 func (UnimplementedJoinServiceServer) testEmbeddedByValue()                     {}
@@ -204,6 +240,24 @@ func _JoinService_GetWellKnown_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JoinService_Intake_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(IntakeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JoinServiceServer).Intake(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JoinService_Intake_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JoinServiceServer).Intake(ctx, req.(*IntakeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JoinService_ServiceDesc is the grpc.ServiceDesc for JoinService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -222,6 +276,10 @@ var JoinService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetWellKnown",
 			Handler:    _JoinService_GetWellKnown_Handler,
+		},
+		{
+			MethodName: "Intake",
+			Handler:    _JoinService_Intake_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -142,6 +142,8 @@ func Run(ctx context.Context, o Options) error {
 		ControlPlaneClasses: cfg.BootPolicy.ControlPlaneClasses,
 		BootCheckTimeout:    cfg.BootPolicy.BootCheckTimeout.Duration,
 		StaleAfter:          cfg.BootPolicy.StaleAfter.Duration,
+		IntakeClass:         cfg.Intake.Class,
+		IntakeWindow:        cfg.Intake.Window.Duration,
 		Actuator:            boot.actuator,
 
 		Limits:                     limits,
@@ -478,6 +480,9 @@ func openBootPolicy(cfg *config.Fleetd, dataDir string, log *slog.Logger) (bootW
 	}
 	need := append([]string{service.DefaultClass}, classes...)
 	need = append(need, cfg.BootPolicy.ControlPlaneClasses...)
+	if cfg.Intake.Class != "" {
+		need = append(need, cfg.Intake.Class)
+	}
 	var missing, unknown []string
 	for _, c := range need {
 		if _, err := ps.Policy(c); err != nil && !slices.Contains(missing, c) {

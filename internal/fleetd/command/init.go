@@ -28,6 +28,7 @@ func initCommand() *cobra.Command {
 		dir, td, name, kem, cfgPath string
 		ips, tokenKeys              []string
 		addAdminCA                  bool
+		addDevIDCA                  bool
 	)
 	c := &cobra.Command{
 		Use:   "init --dir D --trust-domain T --server-name N [--pkcs11 URI]",
@@ -61,6 +62,16 @@ The module and the PIN come from the URI (?module-path=…&pin-source=FILE) or f
 See docs/pki.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if addDevIDCA {
+				if dir == "" {
+					return cli.Usagef("init --add-devid-ca needs --dir")
+				}
+				if err := pki.AddDevIDCA(dir, time.Time{}); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "DevID CA added to %s; restart fleetd, then bcd intake can get device certificates\n", dir)
+				return nil
+			}
 			if addAdminCA {
 				if dir == "" {
 					return cli.Usagef("init --add-admin-ca needs --dir")
@@ -138,6 +149,7 @@ See docs/pki.md.`,
 	c.Flags().StringSliceVar(&ips, "server-ip", nil, "IP addresses for the serving certificate (default 127.0.0.1 and ::1)")
 	c.Flags().StringVar(&kem, "kem", pki.KEMP256, "join encryption KEM: p256, or mlkem768-p256 (post-quantum hybrid)")
 	c.Flags().BoolVar(&addAdminCA, "add-admin-ca", false, "add the admin CA to a --dir made before it existed (needs root-ca.key there)")
+	c.Flags().BoolVar(&addDevIDCA, "add-devid-ca", false, "add the DevID CA (device certificates of intake) to a --dir made before it existed (needs root-ca.key there)")
 	c.Flags().StringArrayVar(&tokenKeys, "pkcs11", nil, "make keys inside a PKCS#11 token: URI (the CAs and the JoinService signing key), USE=URI or USE=file; repeatable (see above)")
 	c.Flags().StringVar(&cfgPath, "config", "", "fleetd.toml whose [pkcs11] section names the module and PIN file (and whose pki_dir is the default --dir)")
 	return c

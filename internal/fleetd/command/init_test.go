@@ -1,6 +1,7 @@
 package command
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -53,5 +54,33 @@ func TestParseKeyPlaces(t *testing.T) {
 				t.Errorf("parseKeyPlaces(%q) = %v, want %q", tt.values, err, tt.want)
 			}
 		})
+	}
+}
+
+func TestInitAddsTheDevIDCAToAnOlderPKI(t *testing.T) {
+	dir := t.TempDir() + "/pki"
+	if _, err := pki.Init(dir, pki.InitOptions{TrustDomain: "example.test"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := run(t, "init", "--dir", dir, "--add-devid-ca"); code == 0 || !strings.Contains(stderr, "exists") {
+		t.Fatalf("--add-devid-ca on a PKI with a DevID CA: exit %d, %s", code, stderr)
+	}
+	for _, f := range []string{pki.DevIDCACertFile, pki.DevIDCAKeyFile} {
+		if err := os.Remove(pki.Path(dir, f)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pki.LoadAuthority(dir); err == nil || !strings.Contains(err.Error(), "--add-devid-ca") {
+		t.Fatalf("LoadAuthority without the DevID CA: %v", err)
+	}
+	stdout, stderr, code := run(t, "init", "--dir", dir, "--add-devid-ca")
+	if code != 0 || !strings.Contains(stdout, "DevID CA added") {
+		t.Fatalf("--add-devid-ca: exit %d, %s %s", code, stdout, stderr)
+	}
+	if a, err := pki.LoadAuthority(dir); err != nil || a.DevIDIssuer == nil {
+		t.Fatalf("LoadAuthority after --add-devid-ca: %v", err)
+	}
+	if _, stderr, code := run(t, "init", "--add-devid-ca"); code != 2 || !strings.Contains(stderr, "needs --dir") {
+		t.Errorf("--add-devid-ca without --dir: exit %d, %s", code, stderr)
 	}
 }

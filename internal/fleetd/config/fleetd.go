@@ -70,6 +70,9 @@ type Fleetd struct {
 	// Render configures each machine class's renderer, by class name
 	// ([render.CLASS]; docs/install.md).
 	Render map[string]Render `toml:"render"`
+	// Intake configures the install environment's intake
+	// (docs/install.md, "Intake").
+	Intake Intake `toml:"intake"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -167,6 +170,17 @@ type Limits struct {
 	// RefusalAuditWindow: at most one audit record per token and refusal
 	// reason in each window (default 10m).
 	RefusalAuditWindow Duration `toml:"refusal_audit_window"`
+}
+
+// Intake is the [intake] section: how an intake in the install
+// environment is judged and how long what it issues lasts.
+type Intake struct {
+	// Class is the class whose boot policy judges an intake's boot: the
+	// install environment's (default "install-environment").
+	Class string `toml:"class"`
+	// Window is how long an intake's LDevID, LAK certificate and session
+	// last, the install window (default 2h; 5m to 24h).
+	Window Duration `toml:"window"`
 }
 
 // DefaultStaleAfter is [boot_policy] stale_after's default: two missed
@@ -357,6 +371,12 @@ func (c *Fleetd) applyDefaults() {
 	if c.BootPolicy.StaleAfter.Duration == 0 {
 		c.BootPolicy.StaleAfter.Duration = DefaultStaleAfter
 	}
+	if c.Intake.Class == "" {
+		c.Intake.Class = "install-environment"
+	}
+	if c.Intake.Window.Duration == 0 {
+		c.Intake.Window.Duration = 2 * time.Hour
+	}
 	if c.BootPolicy.BootCheckTimeout.Duration == 0 {
 		c.BootPolicy.BootCheckTimeout.Duration = time.Minute
 	}
@@ -456,6 +476,9 @@ func (c *Fleetd) Validate() error {
 	}
 	if d := c.BootPolicy.StaleAfter.Duration; d < time.Minute || d > 30*24*time.Hour {
 		return fmt.Errorf("boot_policy.stale_after: %s is outside 1m..720h", d)
+	}
+	if d := c.Intake.Window.Duration; d < 5*time.Minute || d > 24*time.Hour {
+		return fmt.Errorf("intake.window: %s is outside 5m..24h", d)
 	}
 	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
 		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)

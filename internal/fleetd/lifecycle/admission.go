@@ -235,27 +235,82 @@ func tokenNode(t *store.Token) string {
 	return t.NodeID
 }
 
-func (a *Admission) decideTPM(ctx context.Context, r Request, d store.Declaration, n *store.Node, state string) (Outcome, error) {
-	if n != nil && n.EKPin != "" && n.EKPin != r.EKPin {
-		return Outcome{}, refuse(true, d.Name, "a substitute TPM: %s is held to EK %s, which fleetd proved; this machine proved EK %s", d.Name, n.EKPin, r.EKPin)
+// DecideIntake finds the declared device an intake is (seed 003,
+// "Attestation and admission") before anything is issued: exactly one
+// declaration matches the machine (by the binding of the EK it proved, or
+// its claims), its node is planned or provisioning (or has no record
+// yet), and its binding names the proven EK and was written by a
+// declarer. Unlike Decide it does not ask for provisioning: intake issues
+// device certificates and authorizes no installation. It returns the
+// declaration and why the binding is honoured, a *Refusal, an error
+// wrapping ErrSourceUnavailable, or a store error.
+func (a *Admission) DecideIntake(ctx context.Context, ekPin string, claims store.Claims) (store.Declaration, string, error) {
+	if ekPin == "" {
+		return store.Declaration{}, "", errors.New("decide intake: no proven EK")
+	}
+	cands, err := a.candidates(ctx, Request{Attestor: "tpm", EKPin: ekPin, Claims: claims})
+	if err != nil {
+		return store.Declaration{}, "", err
+	}
+	switch len(cands) {
+	case 0:
+		return store.Declaration{}, "", refuse(true, "", "no declaration matches the machine (serial, product UUID or EK %s): intake is only for declared machines", ekPin)
+	case 1:
+	default:
+		names := make([]string, len(cands))
+		for i, c := range cands {
+			names[i] = c.decl.Name
+		}
+		return store.Declaration{}, "", refuse(true, "", "the machine matches several declarations: %s", strings.Join(names, ", "))
+	}
+	d, n := cands[0].decl, cands[0].node
+	state := store.StatePlanned
+	if n != nil {
+		state = n.State
 	}
 	if state != store.StatePlanned && state != store.StateProvisioning {
-		return Outcome{}, refuse(true, d.Name, "%s is %s and fleetd never proved its TPM: its binding authorizes nothing past planned (re-join it by token with --allow-reclaim, or retire it and declare it anew)", d.Name, state)
+		return store.Declaration{}, "", refuse(true, d.Name, "%s is %s: intake is for planned or provisioning devices (an installed node re-joins with bcd join --attestor tpm; one to install anew is retired and declared again)", d.Name, state)
+	}
+	why, err := a.checkBinding(ctx, ekPin, d, n, state)
+	if err != nil {
+		return store.Declaration{}, "", err
+	}
+	return d, why, nil
+}
+
+// checkBinding applies the rules of a declared device's EK binding to a
+// proven EK: the node (if any) is not held to another EK, the device is
+// planned or provisioning, its binding names the EK, and a declarer wrote
+// it. It returns why the binding is honoured.
+func (a *Admission) checkBinding(ctx context.Context, ekPin string, d store.Declaration, n *store.Node, state string) (string, error) {
+	if n != nil && n.EKPin != "" && n.EKPin != ekPin {
+		return "", refuse(true, d.Name, "a substitute TPM: %s is held to EK %s, which fleetd proved; this machine proved EK %s", d.Name, n.EKPin, ekPin)
+	}
+	if state != store.StatePlanned && state != store.StateProvisioning {
+		return "", refuse(true, d.Name, "%s is %s and fleetd never proved its TPM: its binding authorizes nothing past planned (re-join it by token with --allow-reclaim, or retire it and declare it anew)", d.Name, state)
 	}
 	if len(d.EKPins) == 0 {
-		return Outcome{}, refuse(true, d.Name, "%s is planned without an EK binding: it waits until a declarer binds its EK", d.Name)
+		return "", refuse(true, d.Name, "%s is planned without an EK binding: it waits until a declarer binds its EK", d.Name)
 	}
-	if !slices.Contains(d.EKPins, r.EKPin) {
-		return Outcome{}, refuse(true, d.Name, "the machine claims to be %s, whose binding names other EKs than %s (a copied serial?)", d.Name, r.EKPin)
+	if !slices.Contains(d.EKPins, ekPin) {
+		return "", refuse(true, d.Name, "the machine claims to be %s, whose binding names other EKs than %s (a copied serial?)", d.Name, ekPin)
 	}
 	auth, err := a.Source.Binding(ctx, d)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("%w: %v", ErrSourceUnavailable, err)
+		return "", fmt.Errorf("%w: %v", ErrSourceUnavailable, err)
 	}
 	if !auth.Honoured {
-		return Outcome{}, refuse(true, d.Name, "%s", auth.Why)
+		return "", refuse(true, d.Name, "%s", auth.Why)
 	}
-	out := Outcome{Kind: Declared, Decl: &d, Node: n, From: state, Why: "EK binding " + auth.Why}
+	return auth.Why, nil
+}
+
+func (a *Admission) decideTPM(ctx context.Context, r Request, d store.Declaration, n *store.Node, state string) (Outcome, error) {
+	why, err := a.checkBinding(ctx, r.EKPin, d, n, state)
+	if err != nil {
+		return Outcome{}, err
+	}
+	out := Outcome{Kind: Declared, Decl: &d, Node: n, From: state, Why: "EK binding " + why}
 	if state == store.StatePlanned {
 		switch {
 		case r.Token != nil:

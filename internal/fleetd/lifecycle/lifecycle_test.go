@@ -282,3 +282,69 @@ func TestTheDocPrintsTheTable(t *testing.T) {
 		}
 	}
 }
+
+func TestDecideIntake(t *testing.T) {
+	s := openStore(t)
+	// Auto-provision is off: intake does not ask for provisioning.
+	a := &Admission{Store: s, Source: inventory.StoreSource{Store: s}}
+	declare(t, s, "alice", "declarer", worker("web-01", ekA))
+	claims := func(serial string) store.Claims { return store.Claims{Serials: []string{serial}} }
+
+	t.Run("a planned device whose declarer-written binding names the EK", func(t *testing.T) {
+		d, why, err := a.DecideIntake(t.Context(), ekA, claims(""))
+		if err != nil || d.Name != "web-01" || !strings.Contains(why, "alice") {
+			t.Fatalf("DecideIntake = %+v, %q, %v", d, why, err)
+		}
+	})
+	t.Run("another EK claiming the device", func(t *testing.T) {
+		_, _, err := a.DecideIntake(t.Context(), ekB, claims("SN-web-01"))
+		wantRefused(t, err, true, "whose binding names other EKs")
+	})
+	t.Run("an undeclared machine", func(t *testing.T) {
+		_, _, err := a.DecideIntake(t.Context(), ekB, claims("SN-nowhere"))
+		wantRefused(t, err, true, "only for declared machines")
+	})
+	t.Run("a binding an operator wrote", func(t *testing.T) {
+		declare(t, s, "bob", "operator", worker("web-02", ekB))
+		_, _, err := a.DecideIntake(t.Context(), ekB, claims(""))
+		wantRefused(t, err, true, "not by a declarer")
+	})
+	t.Run("an active device", func(t *testing.T) {
+		pin := ekA[:len(ekA)-1] + "7"
+		declare(t, s, "alice", "declarer", worker("web-07", pin))
+		joinNode(t, s, "web-07", pin)
+		_, _, err := a.DecideIntake(t.Context(), pin, claims(""))
+		wantRefused(t, err, true, "web-07 is active: intake is for planned or provisioning devices")
+	})
+	t.Run("a machine matching two declarations", func(t *testing.T) {
+		pin := ekA[:len(ekA)-1] + "8"
+		declare(t, s, "alice", "declarer", worker("web-08", pin))
+		_, _, err := a.DecideIntake(t.Context(), pin, claims("SN-web-01"))
+		wantRefused(t, err, true, "several declarations")
+	})
+	t.Run("an inventory that cannot answer", func(t *testing.T) {
+		b := &Admission{Store: s, Source: failingSource{}}
+		if _, _, err := b.DecideIntake(t.Context(), ekA, claims("")); !errors.Is(err, ErrSourceUnavailable) {
+			t.Fatalf("DecideIntake with a failing source: %v, want ErrSourceUnavailable", err)
+		}
+	})
+}
+
+// failingSource is an inventory source that cannot answer.
+type failingSource struct{}
+
+var errSourceDown = errors.New("netbox: connection refused")
+
+func (failingSource) Name() string { return "netbox" }
+func (failingSource) Get(context.Context, string) (store.Declaration, error) {
+	return store.Declaration{}, errSourceDown
+}
+func (failingSource) ByClaims(context.Context, string, []string) ([]store.Declaration, error) {
+	return nil, errSourceDown
+}
+func (failingSource) ByEKPin(context.Context, string) ([]store.Declaration, error) {
+	return nil, errSourceDown
+}
+func (failingSource) Binding(context.Context, store.Declaration) (inventory.Authority, error) {
+	return inventory.Authority{}, errSourceDown
+}

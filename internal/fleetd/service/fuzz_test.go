@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -58,6 +59,32 @@ func FuzzJoinRequest(f *testing.F) {
 		}
 		_, err := j.Join(fromPeer("192.0.2.1"), &req)
 		checkAnswer(t, s, err, true)
+	})
+}
+
+// FuzzIntakeRequest feeds intake requests, first rounds and answers to
+// rounds, to the handler: a refusal is always "Intake refused: …" and
+// never names its reason.
+func FuzzIntakeRequest(f *testing.F) {
+	s := testServer(f, Config{})
+	secret, _ := storeToken(f, s)
+	csr := tokenJoin(f, s, secret, "x").req.Csr
+	f.Add(mustMarshal(f, &joinv1.IntakeRequest{Csr: csr, Tpm: &joinv1.TpmEvidence{EkPublic: []byte{0, 1}}}))
+	f.Add(mustMarshal(f, &joinv1.IntakeRequest{Csr: csr, DeferralId: "abc", Answer: &joinv1.ChallengeAnswer{Round: 1}}))
+	f.Add(mustMarshal(f, &joinv1.IntakeRequest{Csr: csr, Claims: &joinv1.HardwareClaims{ProductUuid: "x"}}))
+	f.Add([]byte{0x0a, 0xff, 0xff, 0x03})
+	j := &joinService{s: s}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var req joinv1.IntakeRequest
+		if proto.Unmarshal(data, &req) != nil {
+			return
+		}
+		_, err := j.Intake(fromPeer("192.0.2.1"), &req)
+		checkAnswer(t, s, err, false)
+		if st, _ := status.FromError(s.wireError(context.Background(), err)); err != nil && st.Code() == codes.PermissionDenied &&
+			!strings.HasPrefix(st.Message(), IntakeRefused+": ") {
+			t.Fatalf("an intake refused with %q, want %q and what to do", st.Message(), IntakeRefused)
+		}
 	})
 }
 

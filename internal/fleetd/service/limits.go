@@ -113,7 +113,7 @@ const (
 // methodLimit is the size limit of one request of method.
 func methodLimit(method string) int {
 	switch method {
-	case joinv1.JoinService_Join_FullMethodName:
+	case joinv1.JoinService_Join_FullMethodName, joinv1.JoinService_Intake_FullMethodName:
 		return maxJoinBytes
 	case joinv1.JoinService_GetWellKnown_FullMethodName:
 		return maxWellKnownBytes

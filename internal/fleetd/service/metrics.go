@@ -18,6 +18,7 @@ import (
 type metrics struct {
 	reg         *prometheus.Registry
 	joins       *prometheus.CounterVec
+	intakes     *prometheus.CounterVec
 	renewals    *prometheus.CounterVec
 	revocations *prometheus.CounterVec
 	adminCalls  *prometheus.CounterVec
@@ -39,6 +40,10 @@ func newMetrics(s *Server) *metrics {
 			Name: "nodetrust_join_requests_total",
 			Help: "Join requests by attestor and outcome (signed, challenge, pending, refused, failed).",
 		}, []string{"attestor", "outcome"}),
+		intakes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_intake_requests_total",
+			Help: "Intake requests by outcome: issued, challenge, failed, or refused_<reason> (csr_invalid, tpm_evidence, tpm_challenge, not_admitted, boot_policy).",
+		}, []string{"outcome"}),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodetrust_renewals_total",
 			Help: "Renewals by outcome: the gRPC code name, OK for an issued certificate.",
@@ -84,7 +89,7 @@ func newMetrics(s *Server) *metrics {
 			Help: "Refusal log lines dropped by the per-reason-and-source throttle.",
 		}),
 	}
-	m.reg.MustRegister(m.joins, m.renewals, m.revocations, m.adminCalls, m.claims, m.transitions,
+	m.reg.MustRegister(m.joins, m.intakes, m.renewals, m.revocations, m.adminCalls, m.claims, m.transitions,
 		m.joinRefusals, m.oversized, m.connRefused, m.connDisplaced, m.auditDropped, m.logDropped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nodetrust_live_sessions",

@@ -115,6 +115,12 @@ type Config struct {
 	// TPM nodes live before it alerts on itself (default
 	// DefaultStaleAfter). Only with BootPolicy.
 	StaleAfter time.Duration
+	// IntakeClass is the class whose boot policy judges an intake: the
+	// install environment's (default lifecycle.ClassInstallEnvironment).
+	IntakeClass string
+	// IntakeWindow is how long an intake's LDevID, LAK certificate and
+	// session last: the install window (default DefaultIntakeWindow).
+	IntakeWindow time.Duration
 	// KeyExchanges are the TLS key exchanges offered, in order; nil means
 	// Go's default (the hybrid X25519MLKEM768 first).
 	KeyExchanges []tls.CurveID
@@ -210,6 +216,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = DefaultStaleAfter
+	}
+	if cfg.IntakeClass == "" {
+		cfg.IntakeClass = lifecycle.ClassInstallEnvironment
+	}
+	if cfg.IntakeWindow <= 0 {
+		cfg.IntakeWindow = DefaultIntakeWindow
 	}
 	if ps := cfg.BootPolicy; ps != nil {
 		for _, c := range ps.Classes() {

@@ -48,6 +48,9 @@ type challenge struct {
 	// pendingID is the approved pending join this round proves the TPM
 	// for again, when the token required approval.
 	pendingID string
+	// purpose is purposeIntake for a round of an intake, empty for a
+	// join's: an answer is taken only by the call that asked.
+	purpose string
 }
 
 // challengeState is a round as the store keeps it (store.Challenge.State).
@@ -65,6 +68,7 @@ type challengeState struct {
 	AKName          []byte `json:"ak_name"`
 	KnownNode       string `json:"known_node,omitempty"`
 	PendingID       string `json:"pending_id,omitempty"`
+	Purpose         string `json:"purpose,omitempty"`
 }
 
 // putChallenge stores an open round.
@@ -77,6 +81,7 @@ func (s *Server) putChallenge(ctx context.Context, ch *challenge, now time.Time)
 		Round: ch.round, Nonce: ch.nonce, Secret: ch.cred.Secret, CredentialBlob: ch.cred.CredentialBlob,
 		EncryptedSecret: ch.cred.EncryptedSecret, AKNameBound: ch.cred.AKName,
 		CSRHash: ch.csrHash, Evidence: ev, EKPin: ch.ekPin, AKName: ch.akName, PendingID: ch.pendingID,
+		Purpose: ch.purpose,
 	}
 	if ch.known != nil {
 		st.KnownNode = ch.known.ID
@@ -114,6 +119,7 @@ func (s *Server) takeChallenge(ctx context.Context, id string) (*challenge, erro
 		id: c.ID, round: st.Round, notAfter: c.NotAfter, nonce: st.Nonce,
 		cred:    &attest.Challenge{Secret: st.Secret, CredentialBlob: st.CredentialBlob, EncryptedSecret: st.EncryptedSecret, AKName: st.AKNameBound},
 		csrHash: st.CSRHash, ev: ev, ekPin: st.EKPin, akName: st.AKName, pendingID: st.PendingID,
+		purpose: st.Purpose,
 	}
 	if st.KnownNode != "" {
 		n, err := s.cfg.Store.GetNode(ctx, st.KnownNode)
@@ -150,6 +156,8 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 	}
 	now := s.cfg.Now()
 	switch {
+	case ch.purpose != "":
+		return nil, refuse(reasonTPMChallenge, "the deferral is a round of an intake, not of a join")
 	case !now.Before(ch.notAfter):
 		return nil, refuse(reasonTPMChallenge, "challenge round %d expired at %s", ch.round, ch.notAfter.UTC().Format(time.RFC3339))
 	case !bytes.Equal(ch.csrHash, csrHash):

@@ -271,6 +271,14 @@ type Store interface {
 	// TakeChallenge removes the round id and returns it, expired or not,
 	// so that one answer is taken once; ErrNotFound if there is none.
 	TakeChallenge(ctx context.Context, id string) (Challenge, error)
+	// PutIntakeSession stores a passed intake's session, after removing
+	// the sessions that expired at now (ExpiresAt at or before now). It
+	// fails with ErrConflict, storing nothing, when a session with s.ID
+	// exists or when max unexpired sessions are stored already.
+	PutIntakeSession(ctx context.Context, s IntakeSession, now time.Time, max int) error
+	// GetIntakeSession returns the session id, expired or not (until a
+	// later PutIntakeSession removes it); ErrNotFound if there is none.
+	GetIntakeSession(ctx context.Context, id string) (IntakeSession, error)
 	// CreateAdmin records an admin credential; ErrConflict if its serial
 	// exists or an unrevoked credential has the same name. The audit
 	// event, when not nil, is appended in the same transaction.

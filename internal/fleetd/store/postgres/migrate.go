@@ -292,6 +292,22 @@ CREATE TABLE config_releases (
 );
 CREATE INDEX config_releases_unsettled ON config_releases (burned_at) WHERE state = 'burned' AND activation = '';
 `,
+	// 13: intake sessions, as SQLite's migration 11.
+	`
+CREATE TABLE intake_sessions (
+	id            text PRIMARY KEY,
+	device        text NOT NULL,
+	ek_pin        text NOT NULL,
+	ek_public     bytea NOT NULL,
+	ak_name       bytea NOT NULL,
+	ak_public     bytea NOT NULL,
+	ldevid_serial text NOT NULL,
+	lak_serial    text NOT NULL,
+	created_at    timestamptz,
+	expires_at    timestamptz
+);
+CREATE INDEX intake_sessions_expires_at ON intake_sessions (expires_at);
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

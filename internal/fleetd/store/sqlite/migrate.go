@@ -287,6 +287,23 @@ CREATE TABLE config_releases (
 ) STRICT;
 CREATE INDEX config_releases_unsettled ON config_releases (burned_at) WHERE state = 'burned' AND activation = '';
 `,
+	// 11: intake sessions (docs/install.md, "Intake"): the TPM a passed
+	// intake proved and the device it was admitted as, until expires_at.
+	`
+CREATE TABLE intake_sessions (
+	id            TEXT PRIMARY KEY,
+	device        TEXT NOT NULL,
+	ek_pin        TEXT NOT NULL,
+	ek_public     BLOB NOT NULL,
+	ak_name       BLOB NOT NULL,
+	ak_public     BLOB NOT NULL,
+	ldevid_serial TEXT NOT NULL,
+	lak_serial    TEXT NOT NULL,
+	created_at    INTEGER,
+	expires_at    INTEGER
+) STRICT;
+CREATE INDEX intake_sessions_expires_at ON intake_sessions (expires_at);
+`,
 }
 
 const createMigrationsTable = `

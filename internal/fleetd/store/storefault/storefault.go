@@ -325,6 +325,22 @@ func (f *Store) PutChallenge(ctx context.Context, c store.Challenge, now time.Ti
 	return f.Store.PutChallenge(ctx, c, now, max)
 }
 
+// PutIntakeSession implements store.Store.
+func (f *Store) PutIntakeSession(ctx context.Context, s store.IntakeSession, now time.Time, max int) error {
+	if err := f.enter(ctx, "PutIntakeSession"); err != nil {
+		return err
+	}
+	return f.Store.PutIntakeSession(ctx, s, now, max)
+}
+
+// GetIntakeSession implements store.Store.
+func (f *Store) GetIntakeSession(ctx context.Context, id string) (store.IntakeSession, error) {
+	if err := f.enter(ctx, "GetIntakeSession"); err != nil {
+		return store.IntakeSession{}, err
+	}
+	return f.Store.GetIntakeSession(ctx, id)
+}
+
 // TakeChallenge implements store.Store.
 func (f *Store) TakeChallenge(ctx context.Context, id string) (store.Challenge, error) {
 	if err := f.enter(ctx, "TakeChallenge"); err != nil {

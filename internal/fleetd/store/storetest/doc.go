@@ -46,6 +46,9 @@
 //     NotAfter; PutChallenge removes expired rounds before it counts the
 //     open ones against max; TakeChallenge returns a round whether or not
 //     it has expired, if no later PutChallenge removed it.
+//   - Intake sessions expire in the same way at ExpiresAt, bounded by
+//     PutIntakeSession's max; GetIntakeSession returns one whether or not
+//     it has expired (the caller refuses a stale one).
 //   - ListAudit orders by event Time, newest first, and events of the same
 //     Time latest appended first; a limit below 1 is an error.
 //   - The audit event given to CompleteJoin (Join.Audit), RecordRenewal,
