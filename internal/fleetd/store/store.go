@@ -349,6 +349,9 @@ type Store interface {
 
 	// VerdictStore is the boot-policy verdict history (verdicts.go).
 	VerdictStore
+	// BootEvidenceStore keeps each node's latest boot evidence
+	// (verdicts.go).
+	BootEvidenceStore
 
 	// Close releases the store's resources.
 	Close() error

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -44,4 +46,60 @@ type VerdictStore interface {
 	// recent first (the latest appended first among equal times); none
 	// for an unknown node. A limit below 1 is an error.
 	ListVerdicts(ctx context.Context, nodeID string, limit int) ([]Verdict, error)
+}
+
+// MaxEvidenceLogSize bounds the event log of a node's kept boot evidence:
+// attest.MaxEventLogSize, the largest log a verdict is made of (a test in
+// internal/fleetd/service holds the two equal).
+const MaxEvidenceLogSize = 2 << 20
+
+// MaxEvidencePCRs bounds the PCR values of kept boot evidence: a PC
+// client TPM has 24.
+const MaxEvidencePCRs = 24
+
+// BootEvidence is a node's last TPM-proven boot evidence: the quote, the
+// PCR values it covers and the event log, as fleetd verified them when it
+// made the verdict of Stage at Time. fleetd policy capture --node writes a
+// policy from it. A store keeps one per node, the latest.
+type BootEvidence struct {
+	NodeID string
+	Time   time.Time
+	// Stage, Class and Passed are those of the verdict the evidence made.
+	Stage  string
+	Class  string
+	Passed bool
+	// PCRs are the quoted SHA-256 PCR values by index.
+	PCRs map[int][]byte
+	// EventLog is the TCG measurement log, at most MaxEvidenceLogSize.
+	EventLog []byte
+	// The quote: the AK's public area (TPMT_PUBLIC), the quoted
+	// TPMS_ATTEST, its signature (TPMT_SIGNATURE) and the server's nonce.
+	AKPublic, QuoteAttest, QuoteSignature, Nonce []byte
+}
+
+// BootEvidenceStore keeps each node's latest boot evidence. It is part of
+// [Store].
+type BootEvidenceStore interface {
+	// PutBootEvidence stores e as the latest evidence of e.NodeID,
+	// replacing the one before. An empty NodeID, an event log over
+	// MaxEvidenceLogSize or more than MaxEvidencePCRs PCR values is an
+	// error, and nothing is stored.
+	PutBootEvidence(ctx context.Context, e BootEvidence) error
+	// GetBootEvidence returns a node's latest evidence; ErrNotFound when
+	// none was kept.
+	GetBootEvidence(ctx context.Context, nodeID string) (BootEvidence, error)
+}
+
+// CheckBootEvidence reports why e cannot be stored, or nil; the stores
+// call it first.
+func CheckBootEvidence(e BootEvidence) error {
+	switch {
+	case e.NodeID == "":
+		return errors.New("boot evidence without a node id")
+	case len(e.EventLog) > MaxEvidenceLogSize:
+		return fmt.Errorf("the event log of node %s is %d bytes, over the %d kept", e.NodeID, len(e.EventLog), MaxEvidenceLogSize)
+	case len(e.PCRs) > MaxEvidencePCRs:
+		return fmt.Errorf("node %s's evidence has %d PCR values, over %d", e.NodeID, len(e.PCRs), MaxEvidencePCRs)
+	}
+	return nil
 }

@@ -264,6 +264,23 @@ CREATE TABLE export_holds (
 );
 CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
 `,
+	// 11: each node's latest TPM-proven boot evidence, as SQLite's
+	// migration 9: one row per node, replaced.
+	`
+CREATE TABLE boot_evidence (
+	node_id         text PRIMARY KEY,
+	time            timestamptz,
+	stage           text NOT NULL,
+	class           text NOT NULL,
+	passed          boolean NOT NULL,
+	pcrs            jsonb NOT NULL,
+	event_log       bytea NOT NULL,
+	ak_public       bytea NOT NULL,
+	quote_attest    bytea NOT NULL,
+	quote_signature bytea NOT NULL,
+	nonce           bytea NOT NULL
+);
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

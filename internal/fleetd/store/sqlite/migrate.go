@@ -258,6 +258,23 @@ CREATE TABLE export_holds (
 ) STRICT;
 CREATE INDEX export_holds_last_held ON export_holds (last_held, digest);
 `,
+	// 9: each node's latest TPM-proven boot evidence, for fleetd policy
+	// capture --node: one row per node, replaced.
+	`
+CREATE TABLE boot_evidence (
+	node_id         TEXT PRIMARY KEY,
+	time            INTEGER,
+	stage           TEXT NOT NULL,
+	class           TEXT NOT NULL,
+	passed          INTEGER NOT NULL,
+	pcrs            TEXT NOT NULL,
+	event_log       BLOB NOT NULL,
+	ak_public       BLOB NOT NULL,
+	quote_attest    BLOB NOT NULL,
+	quote_signature BLOB NOT NULL,
+	nonce           BLOB NOT NULL
+) STRICT;
+`,
 }
 
 const createMigrationsTable = `
