@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -19,6 +21,10 @@ type Verdict struct {
 	Class string
 	// Passed is true when every rule passed.
 	Passed bool
+	// Matched is which state of the policy a passing verdict matched:
+	// "current", "next" or "both" (inside a [next] window); empty for a
+	// failed verdict (and for verdicts stored before it was recorded).
+	Matched string
 	// Failed are the rules that failed, each with its reason.
 	Failed []FailedRule
 	// Policy is the SHA-256 of the policy version that decided.
@@ -46,6 +52,60 @@ type VerdictStore interface {
 	// recent first (the latest appended first among equal times); none
 	// for an unknown node. A limit below 1 is an error.
 	ListVerdicts(ctx context.Context, nodeID string, limit int) ([]Verdict, error)
+	// CountVerdictStatus takes the latest verdict (as ListVerdicts orders
+	// them) of each node the store holds that is not retired, and counts
+	// them per class (the verdict's), sorted by class. Nodes without a
+	// verdict, and verdicts of nodes the store does not hold, are not
+	// counted.
+	CountVerdictStatus(ctx context.Context) ([]VerdictStatus, error)
+}
+
+// VerdictStatus counts a class's nodes by their latest stored verdict:
+// how far the rollout of a [next] state has gone (fleetd policy status).
+type VerdictStatus struct {
+	Class string
+	Nodes int
+	// Current, Next and Both count the passing latest verdicts by
+	// Verdict.Matched (a passing verdict without Matched counts as
+	// Current); Failing the failed ones.
+	Current, Next, Both, Failing int
+	// Latest is the time of the newest verdict counted.
+	Latest time.Time
+}
+
+// AddVerdictStatus counts n latest verdicts of class that passed (or not)
+// and matched, the newest at latest, into the per-class counts by; the
+// stores' CountVerdictStatus use it.
+func AddVerdictStatus(by map[string]*VerdictStatus, class string, passed bool, matched string, n int, latest time.Time) {
+	c := by[class]
+	if c == nil {
+		c = &VerdictStatus{Class: class}
+		by[class] = c
+	}
+	c.Nodes += n
+	switch {
+	case !passed:
+		c.Failing += n
+	case matched == "next":
+		c.Next += n
+	case matched == "both":
+		c.Both += n
+	default:
+		c.Current += n
+	}
+	if latest.After(c.Latest) {
+		c.Latest = latest
+	}
+}
+
+// SortedVerdictStatus returns the counts of by sorted by class.
+func SortedVerdictStatus(by map[string]*VerdictStatus) []VerdictStatus {
+	out := make([]VerdictStatus, 0, len(by))
+	for _, c := range by {
+		out = append(out, *c)
+	}
+	slices.SortFunc(out, func(a, b VerdictStatus) int { return strings.Compare(a.Class, b.Class) })
+	return out
 }
 
 // MaxEvidenceLogSize bounds the event log of a node's kept boot evidence:

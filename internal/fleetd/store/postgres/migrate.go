@@ -281,6 +281,11 @@ CREATE TABLE boot_evidence (
 	nonce           bytea NOT NULL
 );
 `,
+	// 12: which state of its policy a passing verdict matched, as SQLite's
+	// migration 10.
+	`
+ALTER TABLE verdicts ADD COLUMN matched text NOT NULL DEFAULT '';
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

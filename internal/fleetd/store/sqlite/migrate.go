@@ -275,6 +275,11 @@ CREATE TABLE boot_evidence (
 	nonce           BLOB NOT NULL
 ) STRICT;
 `,
+	// 10: which state of its policy a passing verdict matched (current,
+	// next, both), for fleetd policy status.
+	`
+ALTER TABLE verdicts ADD COLUMN matched TEXT NOT NULL DEFAULT '';
+`,
 }
 
 const createMigrationsTable = `

@@ -476,3 +476,11 @@ func (f *Store) GetBootEvidence(ctx context.Context, nodeID string) (store.BootE
 	}
 	return f.Store.GetBootEvidence(ctx, nodeID)
 }
+
+// CountVerdictStatus implements store.Store.
+func (f *Store) CountVerdictStatus(ctx context.Context) ([]store.VerdictStatus, error) {
+	if err := f.enter(ctx, "CountVerdictStatus"); err != nil {
+		return nil, err
+	}
+	return f.Store.CountVerdictStatus(ctx)
+}
