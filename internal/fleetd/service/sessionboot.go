@@ -16,7 +16,6 @@ import (
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
-	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 )
 
@@ -332,6 +331,7 @@ func (a *adminService) CheckNode(ctx context.Context, req *adminv1.CheckNodeRequ
 		return nil, storeFailure("boot check of node "+req.NodeId, out.err)
 	}
 	v := out.verdict
-	sv := store.Verdict{NodeID: req.NodeId, Time: v.Time, Stage: string(v.Stage), Class: v.Class, Passed: v.Pass(), Policy: v.Policy, Failed: failedRules(v)}
+	sv := storedVerdict(v)
+	sv.NodeID = req.NodeId
 	return &adminv1.CheckNodeResponse{Verdict: verdictInfo(sv), Action: out.action}, nil
 }
