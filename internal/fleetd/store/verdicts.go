@@ -146,7 +146,7 @@ type BootEvidenceStore interface {
 	// error, and nothing is stored.
 	PutBootEvidence(ctx context.Context, e BootEvidence) error
 	// GetBootEvidence returns a node's latest evidence; ErrNotFound when
-	// none was kept.
+	// none was kept. DeleteNode removes a node's evidence with the node.
 	GetBootEvidence(ctx context.Context, nodeID string) (BootEvidence, error)
 }
 

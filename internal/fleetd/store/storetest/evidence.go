@@ -97,4 +97,21 @@ var evidenceCases = []testCase{
 			t.Errorf("GetBootEvidence = %+v, %v", got, err)
 		}
 	}},
+	{"deleting a node removes its boot evidence", func(t *testing.T, s store.Store) {
+		mustJoin(t, s, newJoin("", "node-1", "s1", at(0)))
+		for _, id := range []string{"node-1", "node-2"} {
+			if err := s.PutBootEvidence(t.Context(), evidenceAt(id, 1, []byte("log"))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := s.DeleteNode(t.Context(), "node-1", "gone", at(time.Hour), nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.GetBootEvidence(t.Context(), "node-1"); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("a deleted node's evidence: %v, want ErrNotFound", err)
+		}
+		if _, err := s.GetBootEvidence(t.Context(), "node-2"); err != nil {
+			t.Errorf("another node's evidence after the deletion: %v", err)
+		}
+	}},
 }
