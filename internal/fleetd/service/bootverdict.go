@@ -164,9 +164,6 @@ func (s *Server) judgeBoot(ctx context.Context, nodeID, class string, stage boot
 		s.boot.ignore(ignoredStore)
 		return nil, err
 	}
-	if nodeID != "" {
-		s.keepEvidence(ctx, nodeID, v, ev)
-	}
 	s.boot.verdicts.WithLabelValues(string(stage), v.Result).Inc()
 	if v.Pass() {
 		s.log.InfoContext(ctx, "boot verdict", logkey.NodeID, nodeID, "class", class, "stage", string(stage), "result", v.Result)

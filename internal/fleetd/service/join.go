@@ -351,8 +351,8 @@ type issuance struct {
 	csrHash  []byte
 
 	daemonVersion string
-	// boot, when not nil, is a tpm join's boot verdict made before the
-	// node id was known: its evidence is kept once the join is recorded.
+	// boot, when not nil, is a tpm join's boot verdict: its evidence is
+	// kept as the node's once the join is recorded.
 	boot *judgedBoot
 }
 

@@ -232,6 +232,7 @@ func (s *Server) bootCheck(ctx context.Context, caller *authedNode, ev *gatewayv
 	if err != nil {
 		return checkOutcome{err: err}
 	}
+	s.keepEvidence(ctx, n.ID, v, e)
 	if v.Pass() {
 		return checkOutcome{verdict: v, action: actionNone}
 	}
@@ -280,7 +281,9 @@ func (s *Server) renewalBoot(ctx context.Context, cur *authedNode, keyAK []byte,
 		return refused(codes.FailedPrecondition, "renewal waits: %v", err)
 	case err != nil:
 		return unavailable("renewal", "the boot verdict could not be stored; retry", err, logkey.NodeID, cur.node.ID)
-	case v.Pass():
+	}
+	s.keepEvidence(ctx, n.ID, v, e)
+	if v.Pass() {
 		return nil
 	}
 	switch s.actOnFailure(ctx, n, v) {

@@ -411,9 +411,10 @@ func samePublicKey(a, b crypto.PublicKey) bool {
 	return ok && eq.Equal(b)
 }
 
-// judgedBoot is a tpm join's verdict and the evidence it was made of,
-// judged before the machine had a node id: issue keeps the evidence under
-// the node id it issues to.
+// judgedBoot is a tpm join's verdict and the evidence it was made of:
+// issue keeps the evidence under the node id it issues to, once the join
+// is recorded (a refused join keeps none, whatever node id its EK's
+// declaration names).
 type judgedBoot struct {
 	verdict  *bootpolicy.Verdict
 	evidence bootpolicy.Evidence
@@ -425,7 +426,7 @@ type judgedBoot struct {
 // join (or one of a planned or provisioning node), at renewal's stage for
 // an installed node that re-joins. A
 // failed verdict refuses the join, every failed rule in the log and the
-// audit trail. A verdict made without a node id comes back as a
+// audit trail. A verdict that admits the join comes back as a
 // judgedBoot, whose evidence the issue keeps.
 func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.ChallengeAnswer) (*judgedBoot, error) {
 	s := j.s
@@ -466,10 +467,7 @@ func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.C
 	case err != nil:
 		return nil, err
 	}
-	var boot *judgedBoot
-	if nodeID == "" {
-		boot = &judgedBoot{verdict: v, evidence: ev}
-	}
+	boot := &judgedBoot{verdict: v, evidence: ev}
 	if v.Pass() {
 		return boot, nil
 	}
