@@ -3241,8 +3241,11 @@ type Verdict struct {
 	NonceSha256 string `protobuf:"bytes,6,opt,name=nonce_sha256,json=nonceSha256,proto3" json:"nonce_sha256,omitempty"`
 	QuoteSha256 string `protobuf:"bytes,7,opt,name=quote_sha256,json=quoteSha256,proto3" json:"quote_sha256,omitempty"`
 	// The policy version that decided ("sha256:" + hex).
-	PolicySha256  string `protobuf:"bytes,8,opt,name=policy_sha256,json=policySha256,proto3" json:"policy_sha256,omitempty"`
-	NodeId        string `protobuf:"bytes,9,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	PolicySha256 string `protobuf:"bytes,8,opt,name=policy_sha256,json=policySha256,proto3" json:"policy_sha256,omitempty"`
+	NodeId       string `protobuf:"bytes,9,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Which state of the policy a passing verdict matched: current, next or
+	// both (inside a [next] window); empty for a failed verdict.
+	Matched       string `protobuf:"bytes,10,opt,name=matched,proto3" json:"matched,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3336,6 +3339,13 @@ func (x *Verdict) GetPolicySha256() string {
 func (x *Verdict) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
+	}
+	return ""
+}
+
+func (x *Verdict) GetMatched() string {
+	if x != nil {
+		return x.Matched
 	}
 	return ""
 }
@@ -3490,6 +3500,411 @@ func (x *CheckNodeResponse) GetAction() string {
 	return ""
 }
 
+type GetBootEvidenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBootEvidenceRequest) Reset() {
+	*x = GetBootEvidenceRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBootEvidenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBootEvidenceRequest) ProtoMessage() {}
+
+func (x *GetBootEvidenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBootEvidenceRequest.ProtoReflect.Descriptor instead.
+func (*GetBootEvidenceRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *GetBootEvidenceRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+// BootEvidence is the boot evidence fleetd verified when it made a
+// verdict: the AK's quote over the server's nonce, the PCR values it
+// covers, and the measurement log that replays to them.
+type BootEvidence struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	NodeId       string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	TimeUnixNano int64                  `protobuf:"varint,2,opt,name=time_unix_nano,json=timeUnixNano,proto3" json:"time_unix_nano,omitempty"`
+	// The verdict the evidence made: its stage, class and result.
+	Stage  string `protobuf:"bytes,3,opt,name=stage,proto3" json:"stage,omitempty"`
+	Class  string `protobuf:"bytes,4,opt,name=class,proto3" json:"class,omitempty"`
+	Passed bool   `protobuf:"varint,5,opt,name=passed,proto3" json:"passed,omitempty"`
+	// SHA-256 PCR values by index.
+	Pcrs map[uint32][]byte `protobuf:"bytes,6,rep,name=pcrs,proto3" json:"pcrs,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The TCG measurement log (binary_bios_measurements).
+	EventLog []byte `protobuf:"bytes,7,opt,name=event_log,json=eventLog,proto3" json:"event_log,omitempty"`
+	// TPMT_PUBLIC of the AK, the quoted TPMS_ATTEST, its TPMT_SIGNATURE
+	// and the nonce fleetd gave.
+	AkPublic       []byte `protobuf:"bytes,8,opt,name=ak_public,json=akPublic,proto3" json:"ak_public,omitempty"`
+	QuoteAttest    []byte `protobuf:"bytes,9,opt,name=quote_attest,json=quoteAttest,proto3" json:"quote_attest,omitempty"`
+	QuoteSignature []byte `protobuf:"bytes,10,opt,name=quote_signature,json=quoteSignature,proto3" json:"quote_signature,omitempty"`
+	Nonce          []byte `protobuf:"bytes,11,opt,name=nonce,proto3" json:"nonce,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *BootEvidence) Reset() {
+	*x = BootEvidence{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BootEvidence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BootEvidence) ProtoMessage() {}
+
+func (x *BootEvidence) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BootEvidence.ProtoReflect.Descriptor instead.
+func (*BootEvidence) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *BootEvidence) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *BootEvidence) GetTimeUnixNano() int64 {
+	if x != nil {
+		return x.TimeUnixNano
+	}
+	return 0
+}
+
+func (x *BootEvidence) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
+}
+
+func (x *BootEvidence) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *BootEvidence) GetPassed() bool {
+	if x != nil {
+		return x.Passed
+	}
+	return false
+}
+
+func (x *BootEvidence) GetPcrs() map[uint32][]byte {
+	if x != nil {
+		return x.Pcrs
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetEventLog() []byte {
+	if x != nil {
+		return x.EventLog
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetAkPublic() []byte {
+	if x != nil {
+		return x.AkPublic
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetQuoteAttest() []byte {
+	if x != nil {
+		return x.QuoteAttest
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetQuoteSignature() []byte {
+	if x != nil {
+		return x.QuoteSignature
+	}
+	return nil
+}
+
+func (x *BootEvidence) GetNonce() []byte {
+	if x != nil {
+		return x.Nonce
+	}
+	return nil
+}
+
+type GetBootEvidenceResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Evidence      *BootEvidence          `protobuf:"bytes,1,opt,name=evidence,proto3" json:"evidence,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetBootEvidenceResponse) Reset() {
+	*x = GetBootEvidenceResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetBootEvidenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetBootEvidenceResponse) ProtoMessage() {}
+
+func (x *GetBootEvidenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetBootEvidenceResponse.ProtoReflect.Descriptor instead.
+func (*GetBootEvidenceResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *GetBootEvidenceResponse) GetEvidence() *BootEvidence {
+	if x != nil {
+		return x.Evidence
+	}
+	return nil
+}
+
+type PolicyStatusRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this class; empty: every class.
+	Class         string `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyStatusRequest) Reset() {
+	*x = PolicyStatusRequest{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyStatusRequest) ProtoMessage() {}
+
+func (x *PolicyStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyStatusRequest.ProtoReflect.Descriptor instead.
+func (*PolicyStatusRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *PolicyStatusRequest) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+// PolicyClassStatus counts the nodes of a class by their latest stored
+// verdict.
+type PolicyClassStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Class string                 `protobuf:"bytes,1,opt,name=class,proto3" json:"class,omitempty"`
+	Nodes uint32                 `protobuf:"varint,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// Passing latest verdicts by the state they matched.
+	Current uint32 `protobuf:"varint,3,opt,name=current,proto3" json:"current,omitempty"`
+	Next    uint32 `protobuf:"varint,4,opt,name=next,proto3" json:"next,omitempty"`
+	Both    uint32 `protobuf:"varint,5,opt,name=both,proto3" json:"both,omitempty"`
+	Failing uint32 `protobuf:"varint,6,opt,name=failing,proto3" json:"failing,omitempty"`
+	// The newest verdict counted.
+	LatestUnixNano int64 `protobuf:"varint,7,opt,name=latest_unix_nano,json=latestUnixNano,proto3" json:"latest_unix_nano,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *PolicyClassStatus) Reset() {
+	*x = PolicyClassStatus{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyClassStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyClassStatus) ProtoMessage() {}
+
+func (x *PolicyClassStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyClassStatus.ProtoReflect.Descriptor instead.
+func (*PolicyClassStatus) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *PolicyClassStatus) GetClass() string {
+	if x != nil {
+		return x.Class
+	}
+	return ""
+}
+
+func (x *PolicyClassStatus) GetNodes() uint32 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *PolicyClassStatus) GetCurrent() uint32 {
+	if x != nil {
+		return x.Current
+	}
+	return 0
+}
+
+func (x *PolicyClassStatus) GetNext() uint32 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
+
+func (x *PolicyClassStatus) GetBoth() uint32 {
+	if x != nil {
+		return x.Both
+	}
+	return 0
+}
+
+func (x *PolicyClassStatus) GetFailing() uint32 {
+	if x != nil {
+		return x.Failing
+	}
+	return 0
+}
+
+func (x *PolicyClassStatus) GetLatestUnixNano() int64 {
+	if x != nil {
+		return x.LatestUnixNano
+	}
+	return 0
+}
+
+type PolicyStatusResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Classes       []*PolicyClassStatus   `protobuf:"bytes,1,rep,name=classes,proto3" json:"classes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PolicyStatusResponse) Reset() {
+	*x = PolicyStatusResponse{}
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PolicyStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PolicyStatusResponse) ProtoMessage() {}
+
+func (x *PolicyStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PolicyStatusResponse.ProtoReflect.Descriptor instead.
+func (*PolicyStatusResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *PolicyStatusResponse) GetClasses() []*PolicyClassStatus {
+	if x != nil {
+		return x.Classes
+	}
+	return nil
+}
+
 type AuditEvent struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	TimeUnix int64                  `protobuf:"varint,1,opt,name=time_unix,json=timeUnix,proto3" json:"time_unix,omitempty"`
@@ -3506,7 +3921,7 @@ type AuditEvent struct {
 
 func (x *AuditEvent) Reset() {
 	*x = AuditEvent{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3518,7 +3933,7 @@ func (x *AuditEvent) String() string {
 func (*AuditEvent) ProtoMessage() {}
 
 func (x *AuditEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[53]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3531,7 +3946,7 @@ func (x *AuditEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AuditEvent.ProtoReflect.Descriptor instead.
 func (*AuditEvent) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{53}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *AuditEvent) GetTimeUnix() int64 {
@@ -3582,7 +3997,7 @@ type ListAuditRequest struct {
 
 func (x *ListAuditRequest) Reset() {
 	*x = ListAuditRequest{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +4009,7 @@ func (x *ListAuditRequest) String() string {
 func (*ListAuditRequest) ProtoMessage() {}
 
 func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[54]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +4022,7 @@ func (x *ListAuditRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditRequest.ProtoReflect.Descriptor instead.
 func (*ListAuditRequest) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{54}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListAuditRequest) GetLimit() uint32 {
@@ -3633,7 +4048,7 @@ type ListAuditResponse struct {
 
 func (x *ListAuditResponse) Reset() {
 	*x = ListAuditResponse{}
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3645,7 +4060,7 @@ func (x *ListAuditResponse) String() string {
 func (*ListAuditResponse) ProtoMessage() {}
 
 func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[55]
+	mi := &file_nodetrust_admin_v1_admin_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3658,7 +4073,7 @@ func (x *ListAuditResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListAuditResponse.ProtoReflect.Descriptor instead.
 func (*ListAuditResponse) Descriptor() ([]byte, []int) {
-	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{55}
+	return file_nodetrust_admin_v1_admin_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListAuditResponse) GetEvents() []*AuditEvent {
@@ -3915,7 +4330,7 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"issuedUnix\x12$\n" +
 	"\x0enot_after_unix\x18\x06 \x01(\x03R\fnotAfterUnix\x12!\n" +
 	"\frevoked_unix\x18\a \x01(\x03R\vrevokedUnix\x12%\n" +
-	"\x0erevoked_reason\x18\b \x01(\tR\rrevokedReason\"\xaf\x02\n" +
+	"\x0erevoked_reason\x18\b \x01(\tR\rrevokedReason\"\xc9\x02\n" +
 	"\aVerdict\x12$\n" +
 	"\x0etime_unix_nano\x18\x01 \x01(\x03R\ftimeUnixNano\x12\x14\n" +
 	"\x05stage\x18\x02 \x01(\tR\x05stage\x12\x14\n" +
@@ -3925,7 +4340,9 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\fnonce_sha256\x18\x06 \x01(\tR\vnonceSha256\x12!\n" +
 	"\fquote_sha256\x18\a \x01(\tR\vquoteSha256\x12#\n" +
 	"\rpolicy_sha256\x18\b \x01(\tR\fpolicySha256\x12\x17\n" +
-	"\anode_id\x18\t \x01(\tR\x06nodeId\"8\n" +
+	"\anode_id\x18\t \x01(\tR\x06nodeId\x12\x18\n" +
+	"\amatched\x18\n" +
+	" \x01(\tR\amatched\"8\n" +
 	"\n" +
 	"FailedRule\x12\x12\n" +
 	"\x04rule\x18\x01 \x01(\tR\x04rule\x12\x16\n" +
@@ -3934,7 +4351,39 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"b\n" +
 	"\x11CheckNodeResponse\x125\n" +
 	"\averdict\x18\x01 \x01(\v2\x1b.nodetrust.admin.v1.VerdictR\averdict\x12\x16\n" +
-	"\x06action\x18\x02 \x01(\tR\x06action\"\x89\x01\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\"1\n" +
+	"\x16GetBootEvidenceRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\"\xa6\x03\n" +
+	"\fBootEvidence\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12$\n" +
+	"\x0etime_unix_nano\x18\x02 \x01(\x03R\ftimeUnixNano\x12\x14\n" +
+	"\x05stage\x18\x03 \x01(\tR\x05stage\x12\x14\n" +
+	"\x05class\x18\x04 \x01(\tR\x05class\x12\x16\n" +
+	"\x06passed\x18\x05 \x01(\bR\x06passed\x12>\n" +
+	"\x04pcrs\x18\x06 \x03(\v2*.nodetrust.admin.v1.BootEvidence.PcrsEntryR\x04pcrs\x12\x1b\n" +
+	"\tevent_log\x18\a \x01(\fR\beventLog\x12\x1b\n" +
+	"\tak_public\x18\b \x01(\fR\bakPublic\x12!\n" +
+	"\fquote_attest\x18\t \x01(\fR\vquoteAttest\x12'\n" +
+	"\x0fquote_signature\x18\n" +
+	" \x01(\fR\x0equoteSignature\x12\x14\n" +
+	"\x05nonce\x18\v \x01(\fR\x05nonce\x1a7\n" +
+	"\tPcrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\fR\x05value:\x028\x01\"W\n" +
+	"\x17GetBootEvidenceResponse\x12<\n" +
+	"\bevidence\x18\x01 \x01(\v2 .nodetrust.admin.v1.BootEvidenceR\bevidence\"+\n" +
+	"\x13PolicyStatusRequest\x12\x14\n" +
+	"\x05class\x18\x01 \x01(\tR\x05class\"\xc5\x01\n" +
+	"\x11PolicyClassStatus\x12\x14\n" +
+	"\x05class\x18\x01 \x01(\tR\x05class\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\rR\x05nodes\x12\x18\n" +
+	"\acurrent\x18\x03 \x01(\rR\acurrent\x12\x12\n" +
+	"\x04next\x18\x04 \x01(\rR\x04next\x12\x12\n" +
+	"\x04both\x18\x05 \x01(\rR\x04both\x12\x18\n" +
+	"\afailing\x18\x06 \x01(\rR\afailing\x12(\n" +
+	"\x10latest_unix_nano\x18\a \x01(\x03R\x0elatestUnixNano\"W\n" +
+	"\x14PolicyStatusResponse\x12?\n" +
+	"\aclasses\x18\x01 \x03(\v2%.nodetrust.admin.v1.PolicyClassStatusR\aclasses\"\x89\x01\n" +
 	"\n" +
 	"AuditEvent\x12\x1b\n" +
 	"\ttime_unix\x18\x01 \x01(\x03R\btimeUnix\x12\x14\n" +
@@ -3946,7 +4395,7 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\x05limit\x18\x01 \x01(\rR\x05limit\x12\x18\n" +
 	"\asubject\x18\x02 \x01(\tR\asubject\"K\n" +
 	"\x11ListAuditResponse\x126\n" +
-	"\x06events\x18\x01 \x03(\v2\x1e.nodetrust.admin.v1.AuditEventR\x06events2\xda\x0f\n" +
+	"\x06events\x18\x01 \x03(\v2\x1e.nodetrust.admin.v1.AuditEventR\x06events2\xa9\x11\n" +
 	"\x05Admin\x12^\n" +
 	"\vCreateToken\x12&.nodetrust.admin.v1.CreateTokenRequest\x1a'.nodetrust.admin.v1.CreateTokenResponse\x12[\n" +
 	"\n" +
@@ -3972,7 +4421,9 @@ const file_nodetrust_admin_v1_admin_proto_rawDesc = "" +
 	"\vNodeHistory\x12&.nodetrust.admin.v1.NodeHistoryRequest\x1a'.nodetrust.admin.v1.NodeHistoryResponse\x12a\n" +
 	"\fListVerdicts\x12'.nodetrust.admin.v1.ListVerdictsRequest\x1a(.nodetrust.admin.v1.ListVerdictsResponse\x12X\n" +
 	"\tListCerts\x12$.nodetrust.admin.v1.ListCertsRequest\x1a%.nodetrust.admin.v1.ListCertsResponse\x12X\n" +
-	"\tCheckNode\x12$.nodetrust.admin.v1.CheckNodeRequest\x1a%.nodetrust.admin.v1.CheckNodeResponse\x12X\n" +
+	"\tCheckNode\x12$.nodetrust.admin.v1.CheckNodeRequest\x1a%.nodetrust.admin.v1.CheckNodeResponse\x12j\n" +
+	"\x0fGetBootEvidence\x12*.nodetrust.admin.v1.GetBootEvidenceRequest\x1a+.nodetrust.admin.v1.GetBootEvidenceResponse\x12a\n" +
+	"\fPolicyStatus\x12'.nodetrust.admin.v1.PolicyStatusRequest\x1a(.nodetrust.admin.v1.PolicyStatusResponse\x12X\n" +
 	"\tListAudit\x12$.nodetrust.admin.v1.ListAuditRequest\x1a%.nodetrust.admin.v1.ListAuditResponseB,Z*github.com/nodetrust/nodetrust/api/adminv1b\x06proto3"
 
 var (
@@ -3987,7 +4438,7 @@ func file_nodetrust_admin_v1_admin_proto_rawDescGZIP() []byte {
 	return file_nodetrust_admin_v1_admin_proto_rawDescData
 }
 
-var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_nodetrust_admin_v1_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 63)
 var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*CreateTokenRequest)(nil),       // 0: nodetrust.admin.v1.CreateTokenRequest
 	(*CreateTokenResponse)(nil),      // 1: nodetrust.admin.v1.CreateTokenResponse
@@ -4042,9 +4493,16 @@ var file_nodetrust_admin_v1_admin_proto_goTypes = []any{
 	(*FailedRule)(nil),               // 50: nodetrust.admin.v1.FailedRule
 	(*CheckNodeRequest)(nil),         // 51: nodetrust.admin.v1.CheckNodeRequest
 	(*CheckNodeResponse)(nil),        // 52: nodetrust.admin.v1.CheckNodeResponse
-	(*AuditEvent)(nil),               // 53: nodetrust.admin.v1.AuditEvent
-	(*ListAuditRequest)(nil),         // 54: nodetrust.admin.v1.ListAuditRequest
-	(*ListAuditResponse)(nil),        // 55: nodetrust.admin.v1.ListAuditResponse
+	(*GetBootEvidenceRequest)(nil),   // 53: nodetrust.admin.v1.GetBootEvidenceRequest
+	(*BootEvidence)(nil),             // 54: nodetrust.admin.v1.BootEvidence
+	(*GetBootEvidenceResponse)(nil),  // 55: nodetrust.admin.v1.GetBootEvidenceResponse
+	(*PolicyStatusRequest)(nil),      // 56: nodetrust.admin.v1.PolicyStatusRequest
+	(*PolicyClassStatus)(nil),        // 57: nodetrust.admin.v1.PolicyClassStatus
+	(*PolicyStatusResponse)(nil),     // 58: nodetrust.admin.v1.PolicyStatusResponse
+	(*AuditEvent)(nil),               // 59: nodetrust.admin.v1.AuditEvent
+	(*ListAuditRequest)(nil),         // 60: nodetrust.admin.v1.ListAuditRequest
+	(*ListAuditResponse)(nil),        // 61: nodetrust.admin.v1.ListAuditResponse
+	nil,                              // 62: nodetrust.admin.v1.BootEvidence.PcrsEntry
 }
 var file_nodetrust_admin_v1_admin_proto_depIdxs = []int32{
 	2,  // 0: nodetrust.admin.v1.CreateTokenResponse.info:type_name -> nodetrust.admin.v1.Token
@@ -4066,54 +4524,61 @@ var file_nodetrust_admin_v1_admin_proto_depIdxs = []int32{
 	48, // 16: nodetrust.admin.v1.ListCertsResponse.certs:type_name -> nodetrust.admin.v1.CertInfo
 	50, // 17: nodetrust.admin.v1.Verdict.failed:type_name -> nodetrust.admin.v1.FailedRule
 	49, // 18: nodetrust.admin.v1.CheckNodeResponse.verdict:type_name -> nodetrust.admin.v1.Verdict
-	53, // 19: nodetrust.admin.v1.ListAuditResponse.events:type_name -> nodetrust.admin.v1.AuditEvent
-	0,  // 20: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
-	3,  // 21: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
-	6,  // 22: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
-	8,  // 23: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
-	10, // 24: nodetrust.admin.v1.Admin.RevokeNode:input_type -> nodetrust.admin.v1.RevokeNodeRequest
-	12, // 25: nodetrust.admin.v1.Admin.DeleteNode:input_type -> nodetrust.admin.v1.DeleteNodeRequest
-	14, // 26: nodetrust.admin.v1.Admin.ApproveNode:input_type -> nodetrust.admin.v1.ApproveNodeRequest
-	17, // 27: nodetrust.admin.v1.Admin.ListPending:input_type -> nodetrust.admin.v1.ListPendingRequest
-	20, // 28: nodetrust.admin.v1.Admin.CreateAdmin:input_type -> nodetrust.admin.v1.CreateAdminRequest
-	22, // 29: nodetrust.admin.v1.Admin.ListAdmins:input_type -> nodetrust.admin.v1.ListAdminsRequest
-	24, // 30: nodetrust.admin.v1.Admin.RevokeAdmin:input_type -> nodetrust.admin.v1.RevokeAdminRequest
-	26, // 31: nodetrust.admin.v1.Admin.ApplyInventory:input_type -> nodetrust.admin.v1.ApplyInventoryRequest
-	31, // 32: nodetrust.admin.v1.Admin.ListDeclarations:input_type -> nodetrust.admin.v1.ListDeclarationsRequest
-	34, // 33: nodetrust.admin.v1.Admin.ListChanges:input_type -> nodetrust.admin.v1.ListChangesRequest
-	37, // 34: nodetrust.admin.v1.Admin.ListClaims:input_type -> nodetrust.admin.v1.ListClaimsRequest
-	39, // 35: nodetrust.admin.v1.Admin.TransitionNode:input_type -> nodetrust.admin.v1.TransitionNodeRequest
-	42, // 36: nodetrust.admin.v1.Admin.NodeHistory:input_type -> nodetrust.admin.v1.NodeHistoryRequest
-	44, // 37: nodetrust.admin.v1.Admin.ListVerdicts:input_type -> nodetrust.admin.v1.ListVerdictsRequest
-	46, // 38: nodetrust.admin.v1.Admin.ListCerts:input_type -> nodetrust.admin.v1.ListCertsRequest
-	51, // 39: nodetrust.admin.v1.Admin.CheckNode:input_type -> nodetrust.admin.v1.CheckNodeRequest
-	54, // 40: nodetrust.admin.v1.Admin.ListAudit:input_type -> nodetrust.admin.v1.ListAuditRequest
-	1,  // 41: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
-	4,  // 42: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
-	7,  // 43: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
-	9,  // 44: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
-	11, // 45: nodetrust.admin.v1.Admin.RevokeNode:output_type -> nodetrust.admin.v1.RevokeNodeResponse
-	13, // 46: nodetrust.admin.v1.Admin.DeleteNode:output_type -> nodetrust.admin.v1.DeleteNodeResponse
-	15, // 47: nodetrust.admin.v1.Admin.ApproveNode:output_type -> nodetrust.admin.v1.ApproveNodeResponse
-	18, // 48: nodetrust.admin.v1.Admin.ListPending:output_type -> nodetrust.admin.v1.ListPendingResponse
-	21, // 49: nodetrust.admin.v1.Admin.CreateAdmin:output_type -> nodetrust.admin.v1.CreateAdminResponse
-	23, // 50: nodetrust.admin.v1.Admin.ListAdmins:output_type -> nodetrust.admin.v1.ListAdminsResponse
-	25, // 51: nodetrust.admin.v1.Admin.RevokeAdmin:output_type -> nodetrust.admin.v1.RevokeAdminResponse
-	29, // 52: nodetrust.admin.v1.Admin.ApplyInventory:output_type -> nodetrust.admin.v1.ApplyInventoryResponse
-	32, // 53: nodetrust.admin.v1.Admin.ListDeclarations:output_type -> nodetrust.admin.v1.ListDeclarationsResponse
-	35, // 54: nodetrust.admin.v1.Admin.ListChanges:output_type -> nodetrust.admin.v1.ListChangesResponse
-	38, // 55: nodetrust.admin.v1.Admin.ListClaims:output_type -> nodetrust.admin.v1.ListClaimsResponse
-	40, // 56: nodetrust.admin.v1.Admin.TransitionNode:output_type -> nodetrust.admin.v1.TransitionNodeResponse
-	43, // 57: nodetrust.admin.v1.Admin.NodeHistory:output_type -> nodetrust.admin.v1.NodeHistoryResponse
-	45, // 58: nodetrust.admin.v1.Admin.ListVerdicts:output_type -> nodetrust.admin.v1.ListVerdictsResponse
-	47, // 59: nodetrust.admin.v1.Admin.ListCerts:output_type -> nodetrust.admin.v1.ListCertsResponse
-	52, // 60: nodetrust.admin.v1.Admin.CheckNode:output_type -> nodetrust.admin.v1.CheckNodeResponse
-	55, // 61: nodetrust.admin.v1.Admin.ListAudit:output_type -> nodetrust.admin.v1.ListAuditResponse
-	41, // [41:62] is the sub-list for method output_type
-	20, // [20:41] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	62, // 19: nodetrust.admin.v1.BootEvidence.pcrs:type_name -> nodetrust.admin.v1.BootEvidence.PcrsEntry
+	54, // 20: nodetrust.admin.v1.GetBootEvidenceResponse.evidence:type_name -> nodetrust.admin.v1.BootEvidence
+	57, // 21: nodetrust.admin.v1.PolicyStatusResponse.classes:type_name -> nodetrust.admin.v1.PolicyClassStatus
+	59, // 22: nodetrust.admin.v1.ListAuditResponse.events:type_name -> nodetrust.admin.v1.AuditEvent
+	0,  // 23: nodetrust.admin.v1.Admin.CreateToken:input_type -> nodetrust.admin.v1.CreateTokenRequest
+	3,  // 24: nodetrust.admin.v1.Admin.ListTokens:input_type -> nodetrust.admin.v1.ListTokensRequest
+	6,  // 25: nodetrust.admin.v1.Admin.ListNodes:input_type -> nodetrust.admin.v1.ListNodesRequest
+	8,  // 26: nodetrust.admin.v1.Admin.GetNode:input_type -> nodetrust.admin.v1.GetNodeRequest
+	10, // 27: nodetrust.admin.v1.Admin.RevokeNode:input_type -> nodetrust.admin.v1.RevokeNodeRequest
+	12, // 28: nodetrust.admin.v1.Admin.DeleteNode:input_type -> nodetrust.admin.v1.DeleteNodeRequest
+	14, // 29: nodetrust.admin.v1.Admin.ApproveNode:input_type -> nodetrust.admin.v1.ApproveNodeRequest
+	17, // 30: nodetrust.admin.v1.Admin.ListPending:input_type -> nodetrust.admin.v1.ListPendingRequest
+	20, // 31: nodetrust.admin.v1.Admin.CreateAdmin:input_type -> nodetrust.admin.v1.CreateAdminRequest
+	22, // 32: nodetrust.admin.v1.Admin.ListAdmins:input_type -> nodetrust.admin.v1.ListAdminsRequest
+	24, // 33: nodetrust.admin.v1.Admin.RevokeAdmin:input_type -> nodetrust.admin.v1.RevokeAdminRequest
+	26, // 34: nodetrust.admin.v1.Admin.ApplyInventory:input_type -> nodetrust.admin.v1.ApplyInventoryRequest
+	31, // 35: nodetrust.admin.v1.Admin.ListDeclarations:input_type -> nodetrust.admin.v1.ListDeclarationsRequest
+	34, // 36: nodetrust.admin.v1.Admin.ListChanges:input_type -> nodetrust.admin.v1.ListChangesRequest
+	37, // 37: nodetrust.admin.v1.Admin.ListClaims:input_type -> nodetrust.admin.v1.ListClaimsRequest
+	39, // 38: nodetrust.admin.v1.Admin.TransitionNode:input_type -> nodetrust.admin.v1.TransitionNodeRequest
+	42, // 39: nodetrust.admin.v1.Admin.NodeHistory:input_type -> nodetrust.admin.v1.NodeHistoryRequest
+	44, // 40: nodetrust.admin.v1.Admin.ListVerdicts:input_type -> nodetrust.admin.v1.ListVerdictsRequest
+	46, // 41: nodetrust.admin.v1.Admin.ListCerts:input_type -> nodetrust.admin.v1.ListCertsRequest
+	51, // 42: nodetrust.admin.v1.Admin.CheckNode:input_type -> nodetrust.admin.v1.CheckNodeRequest
+	53, // 43: nodetrust.admin.v1.Admin.GetBootEvidence:input_type -> nodetrust.admin.v1.GetBootEvidenceRequest
+	56, // 44: nodetrust.admin.v1.Admin.PolicyStatus:input_type -> nodetrust.admin.v1.PolicyStatusRequest
+	60, // 45: nodetrust.admin.v1.Admin.ListAudit:input_type -> nodetrust.admin.v1.ListAuditRequest
+	1,  // 46: nodetrust.admin.v1.Admin.CreateToken:output_type -> nodetrust.admin.v1.CreateTokenResponse
+	4,  // 47: nodetrust.admin.v1.Admin.ListTokens:output_type -> nodetrust.admin.v1.ListTokensResponse
+	7,  // 48: nodetrust.admin.v1.Admin.ListNodes:output_type -> nodetrust.admin.v1.ListNodesResponse
+	9,  // 49: nodetrust.admin.v1.Admin.GetNode:output_type -> nodetrust.admin.v1.GetNodeResponse
+	11, // 50: nodetrust.admin.v1.Admin.RevokeNode:output_type -> nodetrust.admin.v1.RevokeNodeResponse
+	13, // 51: nodetrust.admin.v1.Admin.DeleteNode:output_type -> nodetrust.admin.v1.DeleteNodeResponse
+	15, // 52: nodetrust.admin.v1.Admin.ApproveNode:output_type -> nodetrust.admin.v1.ApproveNodeResponse
+	18, // 53: nodetrust.admin.v1.Admin.ListPending:output_type -> nodetrust.admin.v1.ListPendingResponse
+	21, // 54: nodetrust.admin.v1.Admin.CreateAdmin:output_type -> nodetrust.admin.v1.CreateAdminResponse
+	23, // 55: nodetrust.admin.v1.Admin.ListAdmins:output_type -> nodetrust.admin.v1.ListAdminsResponse
+	25, // 56: nodetrust.admin.v1.Admin.RevokeAdmin:output_type -> nodetrust.admin.v1.RevokeAdminResponse
+	29, // 57: nodetrust.admin.v1.Admin.ApplyInventory:output_type -> nodetrust.admin.v1.ApplyInventoryResponse
+	32, // 58: nodetrust.admin.v1.Admin.ListDeclarations:output_type -> nodetrust.admin.v1.ListDeclarationsResponse
+	35, // 59: nodetrust.admin.v1.Admin.ListChanges:output_type -> nodetrust.admin.v1.ListChangesResponse
+	38, // 60: nodetrust.admin.v1.Admin.ListClaims:output_type -> nodetrust.admin.v1.ListClaimsResponse
+	40, // 61: nodetrust.admin.v1.Admin.TransitionNode:output_type -> nodetrust.admin.v1.TransitionNodeResponse
+	43, // 62: nodetrust.admin.v1.Admin.NodeHistory:output_type -> nodetrust.admin.v1.NodeHistoryResponse
+	45, // 63: nodetrust.admin.v1.Admin.ListVerdicts:output_type -> nodetrust.admin.v1.ListVerdictsResponse
+	47, // 64: nodetrust.admin.v1.Admin.ListCerts:output_type -> nodetrust.admin.v1.ListCertsResponse
+	52, // 65: nodetrust.admin.v1.Admin.CheckNode:output_type -> nodetrust.admin.v1.CheckNodeResponse
+	55, // 66: nodetrust.admin.v1.Admin.GetBootEvidence:output_type -> nodetrust.admin.v1.GetBootEvidenceResponse
+	58, // 67: nodetrust.admin.v1.Admin.PolicyStatus:output_type -> nodetrust.admin.v1.PolicyStatusResponse
+	61, // 68: nodetrust.admin.v1.Admin.ListAudit:output_type -> nodetrust.admin.v1.ListAuditResponse
+	46, // [46:69] is the sub-list for method output_type
+	23, // [23:46] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_admin_v1_admin_proto_init() }
@@ -4127,7 +4592,7 @@ func file_nodetrust_admin_v1_admin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_admin_v1_admin_proto_rawDesc), len(file_nodetrust_admin_v1_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   63,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

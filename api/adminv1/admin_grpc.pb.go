@@ -45,6 +45,8 @@ const (
 	Admin_ListVerdicts_FullMethodName     = "/nodetrust.admin.v1.Admin/ListVerdicts"
 	Admin_ListCerts_FullMethodName        = "/nodetrust.admin.v1.Admin/ListCerts"
 	Admin_CheckNode_FullMethodName        = "/nodetrust.admin.v1.Admin/CheckNode"
+	Admin_GetBootEvidence_FullMethodName  = "/nodetrust.admin.v1.Admin/GetBootEvidence"
+	Admin_PolicyStatus_FullMethodName     = "/nodetrust.admin.v1.Admin/PolicyStatus"
 	Admin_ListAudit_FullMethodName        = "/nodetrust.admin.v1.Admin/ListAudit"
 )
 
@@ -97,6 +99,15 @@ type AdminClient interface {
 	// this server or does not answer in time (not evidence: nothing
 	// changes). Operator or owner.
 	CheckNode(ctx context.Context, in *CheckNodeRequest, opts ...grpc.CallOption) (*CheckNodeResponse, error)
+	// GetBootEvidence returns a node's last TPM-proven boot evidence (the
+	// quote, its PCR values and the event log) from which fleetd policy
+	// capture --node writes a policy; NOT_FOUND when none was kept.
+	// Auditor, operator or owner.
+	GetBootEvidence(ctx context.Context, in *GetBootEvidenceRequest, opts ...grpc.CallOption) (*GetBootEvidenceResponse, error)
+	// PolicyStatus counts per class the nodes whose latest stored verdict
+	// matched the current or the next state of their boot policy, or
+	// failed (fleetd policy status). Auditor, operator or owner.
+	PolicyStatus(ctx context.Context, in *PolicyStatusRequest, opts ...grpc.CallOption) (*PolicyStatusResponse, error)
 	// ListAudit lists the audit trail, newest first: admin calls and
 	// refusals, lifecycle changes, joins and revocations.
 	ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error)
@@ -313,6 +324,26 @@ func (c *adminClient) CheckNode(ctx context.Context, in *CheckNodeRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) GetBootEvidence(ctx context.Context, in *GetBootEvidenceRequest, opts ...grpc.CallOption) (*GetBootEvidenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetBootEvidenceResponse)
+	err := c.cc.Invoke(ctx, Admin_GetBootEvidence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *adminClient) PolicyStatus(ctx context.Context, in *PolicyStatusRequest, opts ...grpc.CallOption) (*PolicyStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PolicyStatusResponse)
+	err := c.cc.Invoke(ctx, Admin_PolicyStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *adminClient) ListAudit(ctx context.Context, in *ListAuditRequest, opts ...grpc.CallOption) (*ListAuditResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListAuditResponse)
@@ -372,6 +403,15 @@ type AdminServer interface {
 	// this server or does not answer in time (not evidence: nothing
 	// changes). Operator or owner.
 	CheckNode(context.Context, *CheckNodeRequest) (*CheckNodeResponse, error)
+	// GetBootEvidence returns a node's last TPM-proven boot evidence (the
+	// quote, its PCR values and the event log) from which fleetd policy
+	// capture --node writes a policy; NOT_FOUND when none was kept.
+	// Auditor, operator or owner.
+	GetBootEvidence(context.Context, *GetBootEvidenceRequest) (*GetBootEvidenceResponse, error)
+	// PolicyStatus counts per class the nodes whose latest stored verdict
+	// matched the current or the next state of their boot policy, or
+	// failed (fleetd policy status). Auditor, operator or owner.
+	PolicyStatus(context.Context, *PolicyStatusRequest) (*PolicyStatusResponse, error)
 	// ListAudit lists the audit trail, newest first: admin calls and
 	// refusals, lifecycle changes, joins and revocations.
 	ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error)
@@ -444,6 +484,12 @@ func (UnimplementedAdminServer) ListCerts(context.Context, *ListCertsRequest) (*
 }
 func (UnimplementedAdminServer) CheckNode(context.Context, *CheckNodeRequest) (*CheckNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method CheckNode not implemented")
+}
+func (UnimplementedAdminServer) GetBootEvidence(context.Context, *GetBootEvidenceRequest) (*GetBootEvidenceResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetBootEvidence not implemented")
+}
+func (UnimplementedAdminServer) PolicyStatus(context.Context, *PolicyStatusRequest) (*PolicyStatusResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PolicyStatus not implemented")
 }
 func (UnimplementedAdminServer) ListAudit(context.Context, *ListAuditRequest) (*ListAuditResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ListAudit not implemented")
@@ -818,6 +864,42 @@ func _Admin_CheckNode_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_GetBootEvidence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetBootEvidenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).GetBootEvidence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_GetBootEvidence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).GetBootEvidence(ctx, req.(*GetBootEvidenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Admin_PolicyStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PolicyStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).PolicyStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_PolicyStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).PolicyStatus(ctx, req.(*PolicyStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Admin_ListAudit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListAuditRequest)
 	if err := dec(in); err != nil {
@@ -918,6 +1000,14 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CheckNode",
 			Handler:    _Admin_CheckNode_Handler,
+		},
+		{
+			MethodName: "GetBootEvidence",
+			Handler:    _Admin_GetBootEvidence_Handler,
+		},
+		{
+			MethodName: "PolicyStatus",
+			Handler:    _Admin_PolicyStatus_Handler,
 		},
 		{
 			MethodName: "ListAudit",

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/spireexport"
+	"github.com/nodetrust/nodetrust/tpm/tpmtest"
 )
 
 // The SPIRE export against a real SPIRE server and agents
@@ -309,5 +310,53 @@ func TestRetirementEndToEndWithSPIRE(t *testing.T) {
 	}
 	if !s.banned(t, agentA) {
 		t.Errorf("web-a's agent is not banned")
+	}
+}
+
+// TestBootQuarantineWithdrawsFromSPIRE: a worker quarantined by a failed
+// boot check leaves the export, and the next export run deletes its
+// fleet-owned registration; the other node's stays.
+func TestBootQuarantineWithdrawsFromSPIRE(t *testing.T) {
+	s := startSPIRE(t, spireTD)
+	sw := tpmtest.StartSwtpm(t)
+	webhook, cordons := fakeCordonReceiver(t)
+	cp, https := exportCP(t, ekRootsConfig(t, sw)+bootPolicyConfig(t, webhook))
+	eventLog := filepath.Join(t.TempDir(), "binary_bios_measurements")
+	m := tpmMachine(t, cp, uuid1, sw, "[boot_check]\nevent_log = \""+eventLog+"\"\n")
+	node := joinedAs(t, tpmJoin(t, m, cp.token(t, "--role", "worker"), false))
+	joinNode(t, cp, "web-b")
+	operator := cp.credential(t, "olga", "operator")
+	if r := exportSPIRE(t, cp, https, operator, s); r.code != 0 || !strings.Contains(r.stdout, "applied: ") {
+		t.Fatalf("first run: %s", r)
+	}
+	if got := fleetEntryIDs(t, s); !strings.Contains(got, "."+node) || !strings.Contains(got, "nodetrust.x509pop.web-b") {
+		t.Fatalf("fleet-owned entries %s, want %s's and web-b's", got, node)
+	}
+	a := startAgent(t, m)
+	a.waitFor(t, sessionOpenRE, 30*time.Second)
+
+	// The node's log stops replaying: its boot check fails, it is
+	// quarantined.
+	writeFalseLog(t, eventLog)
+	if r := cp.fleetd(t, "", "nodes", "check", node); r.code != 1 || !strings.Contains(r.stdout, "FAIL event_log") {
+		t.Fatalf("check of a boot whose log does not replay: %s", r)
+	}
+	if st := cp.nodeState(t, node); st != "quarantined" {
+		t.Fatalf("state %s after a failed boot check, want quarantined", st)
+	}
+	select {
+	case id := <-cordons:
+		if id != node {
+			t.Errorf("cordon of %s, want %s", id, node)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("no cordon reached the webhook receiver")
+	}
+	r := exportSPIRE(t, cp, https, operator, s)
+	if r.code != 0 || !regexp.MustCompile(`[1-9] delete`).MatchString(r.stdout) {
+		t.Fatalf("run after the quarantine: %s", r)
+	}
+	if got := fleetEntryIDs(t, s); got != "nodetrust.x509pop.web-b" {
+		t.Errorf("fleet-owned entries after %s's quarantine: %s, want web-b's alone", node, got)
 	}
 }

@@ -40,6 +40,10 @@ type CaptureOptions struct {
 	// PCR values 0–7 (a verified quote's, or captured with tpm2_pcrread).
 	EventLog []byte
 	PCRs     map[int][]byte
+	// Quote, when not nil, is the AK's quote over PCRs (a node's kept
+	// evidence): the check of the captured policy verifies it too, so a
+	// capture from evidence whose PCR values are not the quote's fails.
+	Quote *Quote
 	// PinPCRs are the PCRs pinned in pcr_values; nil means
 	// DefaultCapturePCRs, an empty non-nil slice pins none.
 	PinPCRs []int
@@ -158,7 +162,7 @@ func Capture(opts CaptureOptions) ([]byte, *Verdict, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("the captured policy does not load (a bug): %w", err)
 	}
-	ev := Evidence{PCRs: opts.PCRs, EventLog: opts.EventLog}
+	ev := Evidence{Quote: opts.Quote, PCRs: opts.PCRs, EventLog: opts.EventLog}
 	var intake *Verdict
 	for _, st := range []Stage{Intake, Renewal} {
 		v, err := p.Evaluate(st, ev, now)

@@ -38,10 +38,16 @@ const (
 )
 
 func (f *adminFlags) register(c *cobra.Command) {
+	f.registerConnection(c)
+	c.Flags().BoolVar(&f.json, "json", false, "print JSON")
+}
+
+// registerConnection registers the flags that say how to reach the server
+// and as whom, without --json.
+func (f *adminFlags) registerConnection(c *cobra.Command) {
 	c.Flags().StringVar(&f.config, "config", envOr("FLEETD_CONFIG", "fleetd.toml"), "path of fleetd.toml: the server address and the pki_dir holding the owner credential (env FLEETD_CONFIG)")
 	c.Flags().StringVar(&f.credential, "credential", os.Getenv("FLEETD_CREDENTIAL"), "an admin credential folder from 'fleetd admin create' to call as, instead of the owner credential in pki_dir (env FLEETD_CREDENTIAL)")
 	c.Flags().StringVar(&f.server, "server", os.Getenv("FLEETD_SERVER"), "fleetd's address host:port; default: listen in fleetd.toml (env FLEETD_SERVER)")
-	c.Flags().BoolVar(&f.json, "json", false, "print JSON")
 }
 
 func envOr(k, def string) string {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
@@ -37,38 +38,54 @@ func resolvePolicyDir(dir, configPath string) (string, error) {
 
 func policyCaptureCommand() *cobra.Command {
 	var (
-		class, description, logPath, pcrsPath, out, pinPCRs string
+		class, description, logPath, pcrsPath, out, pinPCRs, node string
+		af                                                        adminFlags
 	)
 	c := &cobra.Command{
-		Use:   "capture --class C --log FILE --pcrs FILE [--out FILE]",
-		Short: "Write a class's boot policy from a golden machine's captured log and PCRs",
+		Use:   "capture --class C (--node ID | --log FILE --pcrs FILE) [--out FILE]",
+		Short: "Write a class's boot policy from a golden machine's verified evidence, or its captured log and PCRs",
 		Long: `capture writes a policy file for --class from one machine's measurement log and
-PCR values 0-7 (captured as for policy check). The log must replay to the PCR
-values. The policy requires Secure Boot when the machine booted with it, allows
-the authorities that verified its boot applications, pins every boot
-application measured into PCR 4, and pins the PCRs of --pin-pcrs (0, 2 and 7 by
-default: firmware, option ROMs, Secure Boot policy). Comments in the file say
-what was seen, which PCRs were left out and why (PCR 1 and 5 carry per-machine
-values such as a NIC's MAC on network boot or disk GUIDs).
+PCR values 0-7: with --node, the last boot evidence fleetd verified for that
+node (its tpm join, attested renewal or boot check: the quote, its PCR values
+and the log, through the Admin API; owner, operator or auditor); else the log
+and PCR values captured on the machine (as for policy check). The log must
+replay to the PCR values. The policy requires Secure Boot when the machine
+booted with it, allows the authorities that verified its boot applications,
+pins every boot application measured into PCR 4, and pins the PCRs of
+--pin-pcrs (0, 2 and 7 by default: firmware, option ROMs, Secure Boot policy).
+Comments in the file say what was seen, which PCRs were left out and why (PCR 1
+and 5 carry per-machine values such as a NIC's MAC on network boot or disk
+GUIDs).
 
 The policy is checked against the same evidence at once, at intake and at
-renewal: the machine it came from must pass it, or nothing is written. The file
-goes to --out (never over an existing file) or to standard output. Read it
-before you copy it into the policy directory. Capturing from a node's last
-verified evidence (--node) is not available yet: capture its log and PCRs on
-the machine.`,
+renewal (with --node, the node's quote is verified as well): the machine it
+came from must pass it, or nothing is written. The file goes to --out (never
+over an existing file) or to standard output. Read it before you copy it into
+the policy directory.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if class == "" || logPath == "" || pcrsPath == "" {
-				return cli.Usagef("policy capture needs --class, --log and --pcrs")
+			switch {
+			case class == "":
+				return cli.Usagef("policy capture needs --class")
+			case node != "" && (logPath != "" || pcrsPath != ""):
+				return cli.Usagef("policy capture takes --node, or --log and --pcrs, not both")
+			case node == "" && (logPath == "" || pcrsPath == ""):
+				return cli.Usagef("policy capture needs --node, or --log and --pcrs")
 			}
-			ev, err := bootpolicy.ReadEvidenceFiles(logPath, pcrsPath)
-			if err != nil {
-				return err
-			}
-			opts := bootpolicy.CaptureOptions{
-				Class: class, Description: description, EventLog: ev.EventLog, PCRs: ev.PCRs,
-				Source: fmt.Sprintf("the log %s and the PCR values %s", logPath, pcrsPath),
+			opts := bootpolicy.CaptureOptions{Class: class, Description: description}
+			if node != "" {
+				ev, err := nodeEvidence(cmd, &af, node)
+				if err != nil {
+					return err
+				}
+				opts.EventLog, opts.PCRs, opts.Quote, opts.Source = ev.EventLog, ev.PCRs, ev.Quote, ev.source
+			} else {
+				ev, err := bootpolicy.ReadEvidenceFiles(logPath, pcrsPath)
+				if err != nil {
+					return err
+				}
+				opts.EventLog, opts.PCRs = ev.EventLog, ev.PCRs
+				opts.Source = fmt.Sprintf("the log %s and the PCR values %s", logPath, pcrsPath)
 			}
 			opts.PinPCRs = []int{}
 			for _, f := range strings.Split(pinPCRs, ",") {
@@ -102,11 +119,62 @@ the machine.`,
 	f := c.Flags()
 	f.StringVar(&class, "class", "", "the machine class the policy is for")
 	f.StringVar(&description, "description", "", "the policy's description")
+	f.StringVar(&node, "node", "", "capture from this node's last boot evidence fleetd verified (asks the server)")
 	f.StringVar(&logPath, "log", "", "the golden machine's TCG event log (a copy of /sys/kernel/security/tpm0/binary_bios_measurements)")
 	f.StringVar(&pcrsPath, "pcrs", "", "its SHA-256 PCR values 0-7, as tpm2_pcrread prints them")
 	f.StringVar(&out, "out", "", "write the policy to this new file (default: standard output)")
 	f.StringVar(&pinPCRs, "pin-pcrs", "0,2,7", "the PCRs whose values the policy pins, comma-separated (empty: none)")
+	af.registerConnection(c)
 	return c
+}
+
+// keptEvidence is a node's boot evidence as the server kept it.
+type keptEvidence struct {
+	bootpolicy.Evidence
+	// source names it in a captured policy's header.
+	source string
+}
+
+// nodeEvidence asks the server for node's last verified boot evidence
+// (Admin GetBootEvidence) and notes on standard error when that evidence
+// failed its policy.
+func nodeEvidence(cmd *cobra.Command, af *adminFlags, node string) (*keptEvidence, error) {
+	client, ctx, done, err := af.open(cmd)
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	resp, err := client.GetBootEvidence(ctx, &adminv1.GetBootEvidenceRequest{NodeId: node})
+	if err != nil {
+		return nil, rpcError("boot evidence of node "+node, err)
+	}
+	return fromKept(cmd.ErrOrStderr(), node, resp.Evidence)
+}
+
+// fromKept turns the server's record of a node's evidence into
+// bootpolicy's, with the quote, so that a capture verifies it again.
+func fromKept(stderr io.Writer, node string, e *adminv1.BootEvidence) (*keptEvidence, error) {
+	if e == nil {
+		return nil, fmt.Errorf("the server sent no boot evidence of node %s", node)
+	}
+	pcrs := make(map[int][]byte, len(e.Pcrs))
+	for i, v := range e.Pcrs {
+		pcrs[int(i)] = v
+	}
+	at := time.Unix(0, e.TimeUnixNano).UTC().Format(time.RFC3339)
+	result := "pass"
+	if !e.Passed {
+		result = "fail"
+		fmt.Fprintf(stderr, "note: node %s's last evidence (%s, %s) failed its class %s policy: the captured policy accepts that boot; check it is the boot you want\n", node, e.Stage, at, e.Class)
+	}
+	ev := &keptEvidence{
+		Evidence: bootpolicy.Evidence{PCRs: pcrs, EventLog: e.EventLog},
+		source:   fmt.Sprintf("node %s's last verified boot evidence (%s at %s; it got %s under class %s)", node, e.Stage, at, result, e.Class),
+	}
+	if len(e.QuoteAttest) > 0 {
+		ev.Quote = &bootpolicy.Quote{AKPublic: e.AkPublic, Attest: e.QuoteAttest, Signature: e.QuoteSignature, Nonce: e.Nonce}
+	}
+	return ev, nil
 }
 
 func policyPromoteCommand() *cobra.Command {
@@ -165,60 +233,79 @@ policy status first: nodes that match only the current state fail after it.`,
 
 func policyStatusCommand() *cobra.Command {
 	var (
-		verdictsDir, configPath, class string
-		asJSON                         bool
+		verdictsDir, class string
+		local              bool
+		af                 adminFlags
 	)
 	c := &cobra.Command{
-		Use:   "status [--class C]",
+		Use:   "status [--class C] [--local | --verdicts DIR]",
 		Short: "Count the nodes of each class whose latest boot verdict matched the current or the next state",
-		Long: `status reads the verdict log (verdicts.jsonl and its rotated files) in --verdicts,
-by default fleetd's data_dir, takes each node's latest verdict and counts per
-class the nodes that matched the current state, the next state, both, or
+		Long: `status counts per class the nodes whose latest boot verdict matched the current
+state of their policy, the next state, both (inside a [next] window), or
 failed. Before policy promote, "current" must be 0 (or those nodes accepted as
-failing after it). It reads the files of this server: with several replicas,
-run it on each.`,
+failing after it).
+
+By default it asks the server (Admin PolicyStatus; owner, operator or auditor),
+which counts the latest verdict the store holds for each node that is not
+retired: the whole fleet, whichever replica judged it. With --local, or
+--verdicts DIR, it reads a verdict log instead (verdicts.jsonl and its rotated
+files; --local: in data_dir of --config), without a server: the verdicts of
+the server that wrote that log, deleted and retired nodes included.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if verdictsDir == "" {
-				cfg, err := config.LoadFleetd(configPath)
-				if err != nil {
-					return fmt.Errorf("find the data directory (or give --verdicts): %w", err)
+			var st []bootpolicy.ClassStatus
+			if local || verdictsDir != "" {
+				dir := verdictsDir
+				if dir == "" {
+					cfg, err := config.LoadFleetd(af.config)
+					if err != nil {
+						return fmt.Errorf("find the data directory (or give --verdicts): %w", err)
+					}
+					dir = cfg.Resolve(cfg.DataDir)
 				}
-				verdictsDir = cfg.Resolve(cfg.DataDir)
-			}
-			vs, bad, err := bootpolicy.ReadVerdictLogs(verdictsDir)
-			if err != nil {
-				return err
-			}
-			st := bootpolicy.CountStatus(vs)
-			if class != "" {
-				var keep []bootpolicy.ClassStatus
-				for _, s := range st {
-					if s.Class == class {
-						keep = append(keep, s)
+				vs, bad, err := bootpolicy.ReadVerdictLogs(dir)
+				if err != nil {
+					return err
+				}
+				if bad > 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "note: %d lines of the verdict log did not parse and were skipped\n", bad)
+				}
+				for _, s := range bootpolicy.CountStatus(vs) {
+					if class == "" || s.Class == class {
+						st = append(st, s)
 					}
 				}
-				st = keep
+			} else {
+				client, ctx, done, err := af.open(cmd)
+				if err != nil {
+					return err
+				}
+				defer done()
+				resp, err := client.PolicyStatus(ctx, &adminv1.PolicyStatusRequest{Class: class})
+				if err != nil {
+					return rpcError("policy status", err)
+				}
+				for _, c := range resp.Classes {
+					st = append(st, bootpolicy.ClassStatus{Class: c.Class, Nodes: int(c.Nodes), Current: int(c.Current), Next: int(c.Next),
+						Both: int(c.Both), Failing: int(c.Failing), Latest: time.Unix(0, c.LatestUnixNano).UTC()})
+				}
 			}
 			w := cmd.OutOrStdout()
-			if asJSON {
+			if af.json {
 				return printJSON(w, st)
 			}
 			fmt.Fprintf(w, "%-20s %6s %8s %6s %6s %8s  %s\n", "CLASS", "NODES", "CURRENT", "NEXT", "BOTH", "FAILING", "LATEST VERDICT")
 			for _, s := range st {
 				fmt.Fprintf(w, "%-20s %6d %8d %6d %6d %8d  %s\n", s.Class, s.Nodes, s.Current, s.Next, s.Both, s.Failing, s.Latest.UTC().Format(time.RFC3339))
 			}
-			if bad > 0 {
-				fmt.Fprintf(cmd.ErrOrStderr(), "note: %d lines of the verdict log did not parse and were skipped\n", bad)
-			}
 			return nil
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&verdictsDir, "verdicts", "", "the folder holding verdicts.jsonl (default: data_dir of --config)")
-	f.StringVar(&configPath, "config", envOr("FLEETD_CONFIG", "fleetd.toml"), "fleetd.toml, for data_dir (env FLEETD_CONFIG)")
+	f.StringVar(&verdictsDir, "verdicts", "", "read the verdict log in this folder (holding verdicts.jsonl) instead of asking the server")
+	f.BoolVar(&local, "local", false, "read the verdict log in data_dir of --config instead of asking the server")
 	f.StringVar(&class, "class", "", "show this class only")
-	f.BoolVar(&asJSON, "json", false, "print the counts as JSON")
+	af.register(c)
 	return c
 }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/internal/cli"
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/pki/pkitest"
@@ -233,7 +235,7 @@ func TestPolicyCaptureStatusPromote(t *testing.T) {
 	if err := vl.Close(); err != nil {
 		t.Fatal(err)
 	}
-	stdout, errOut, code = run(t, "policy", "status", "--config", configPath, "--json")
+	stdout, errOut, code = run(t, "policy", "status", "--local", "--config", configPath, "--json")
 	var st []bootpolicy.ClassStatus
 	if err := json.Unmarshal([]byte(stdout), &st); err != nil || code != 0 || len(st) != 1 || st[0].Current != 1 || st[0].Next != 2 {
 		t.Fatalf("status: exit %d, %v, %+v\n%s", code, err, st, errOut)
@@ -277,5 +279,57 @@ func TestEKRootsCheck(t *testing.T) {
 	}
 	if _, _, code = run(t, "ek-roots", "check"); code != cli.ExitUsage {
 		t.Fatalf("no folder: exit %d", code)
+	}
+}
+
+// TestPolicyCaptureFromKeptEvidence turns the server's record of a node's
+// evidence into a capture: a passing record captures a policy it passes;
+// a failed one captures too, with a note; a quote that does not cover
+// the PCR values refuses; and the flags take --node or --log and --pcrs.
+func TestPolicyCaptureFromKeptEvidence(t *testing.T) {
+	talos := pkitest.NewCA(t, "Talos Secure Boot Signing")
+	boot := talosBoot(t, talos, digest("shim"), digest("kernel v1"))
+	kept := &adminv1.BootEvidence{NodeId: "web-01", TimeUnixNano: time.Date(2026, 12, 2, 6, 0, 0, 0, time.UTC).UnixNano(),
+		Stage: "boot-check", Class: "worker", Passed: true, Pcrs: map[uint32][]byte{}, EventLog: boot.Bytes()}
+	for i, v := range boot.PCRs() {
+		kept.Pcrs[uint32(i)] = v
+	}
+	var notes bytes.Buffer
+	ev, err := fromKept(&notes, "web-01", kept)
+	if err != nil || ev.Quote != nil || notes.Len() != 0 {
+		t.Fatalf("fromKept = %+v, %v, notes %q", ev, err, notes.String())
+	}
+	content, v, err := bootpolicy.Capture(bootpolicy.CaptureOptions{Class: "worker", EventLog: ev.EventLog, PCRs: ev.PCRs, Quote: ev.Quote, Source: ev.source})
+	if err != nil || !v.Pass() {
+		t.Fatalf("capture from kept evidence: %v", err)
+	}
+	if !strings.Contains(string(content), "from node web-01's last verified boot evidence (boot-check at 2026-12-02T06:00:00Z; it got pass under class worker).") {
+		t.Errorf("the header does not name the evidence:\n%s", content)
+	}
+
+	kept.Passed = false
+	if _, err := fromKept(&notes, "web-01", kept); err != nil || !strings.Contains(notes.String(), "failed its class worker policy") {
+		t.Errorf("a failed record: %v, notes %q", err, notes.String())
+	}
+	kept.QuoteAttest, kept.QuoteSignature, kept.AkPublic, kept.Nonce = []byte("not a quote"), []byte("sig"), []byte("ak"), []byte("nonce")
+	ev, err = fromKept(&notes, "web-01", kept)
+	if err != nil || ev.Quote == nil {
+		t.Fatalf("fromKept with a quote = %+v, %v", ev, err)
+	}
+	if _, _, err := bootpolicy.Capture(bootpolicy.CaptureOptions{Class: "worker", EventLog: ev.EventLog, PCRs: ev.PCRs, Quote: ev.Quote}); !errors.Is(err, bootpolicy.ErrUnproven) {
+		t.Errorf("capture with a quote that does not verify: %v, want ErrUnproven", err)
+	}
+	if _, err := fromKept(&notes, "web-01", nil); err == nil {
+		t.Error("fromKept of no evidence succeeded")
+	}
+
+	for _, args := range [][]string{
+		{"policy", "capture", "--class", "worker", "--node", "web-01", "--log", "boot.log", "--pcrs", "pcrs.txt"},
+		{"policy", "capture", "--class", "worker"},
+		{"policy", "capture", "--node", "web-01"},
+	} {
+		if _, errOut, code := run(t, args...); code != cli.ExitUsage {
+			t.Errorf("%v: exit %d, %s; want a usage error", args, code, errOut)
+		}
 	}
 }

@@ -70,6 +70,8 @@ var adminActions = map[string]func(req any) roles.Action{
 	"ExportRun":           fixed(roles.ApplyExport),
 	"ListCerts":           fixed(roles.ReadFleet),
 	"CheckNode":           fixed(roles.Lifecycle),
+	"GetBootEvidence":     fixed(roles.ReadFleet),
+	"PolicyStatus":        fixed(roles.ReadFleet),
 	"ListAudit":           fixed(roles.ReadFleet),
 	"ApplyInventory": func(req any) roles.Action {
 		if r, ok := req.(*adminv1.ApplyInventoryRequest); ok && r.DryRun {

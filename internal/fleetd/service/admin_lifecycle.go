@@ -450,7 +450,7 @@ func (a *adminService) ListCerts(ctx context.Context, req *adminv1.ListCertsRequ
 // verdictInfo is a stored verdict on the wire.
 func verdictInfo(v store.Verdict) *adminv1.Verdict {
 	out := &adminv1.Verdict{NodeId: v.NodeID, TimeUnixNano: v.Time.UnixNano(), Stage: v.Stage, Class: v.Class, Passed: v.Passed,
-		NonceSha256: v.NonceSHA256, QuoteSha256: v.QuoteSHA256, PolicySha256: v.Policy}
+		NonceSha256: v.NonceSHA256, QuoteSha256: v.QuoteSHA256, PolicySha256: v.Policy, Matched: v.Matched}
 	for _, f := range v.Failed {
 		out.Failed = append(out.Failed, &adminv1.FailedRule{Rule: f.Rule, Reason: f.Reason})
 	}
@@ -476,6 +476,43 @@ func (a *adminService) ListAudit(ctx context.Context, req *adminv1.ListAuditRequ
 		if len(out.Events) == limit {
 			break
 		}
+	}
+	return out, nil
+}
+
+func (a *adminService) GetBootEvidence(ctx context.Context, req *adminv1.GetBootEvidenceRequest) (*adminv1.GetBootEvidenceResponse, error) {
+	if req.NodeId == "" {
+		return nil, refused(codes.InvalidArgument, "name the node whose boot evidence to get")
+	}
+	e, err := a.s.cfg.Store.GetBootEvidence(ctx, req.NodeId)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, refused(codes.NotFound, "no boot evidence of node %s is kept: fleetd keeps a node's last verified evidence from its tpm join, attested renewals and boot checks (fleetd nodes check %s asks for one now)", req.NodeId, req.NodeId)
+	}
+	if err != nil {
+		return nil, storeFailure("boot evidence of node "+req.NodeId, err)
+	}
+	pcrs := make(map[uint32][]byte, len(e.PCRs))
+	for i, v := range e.PCRs {
+		pcrs[uint32(i)] = v
+	}
+	return &adminv1.GetBootEvidenceResponse{Evidence: &adminv1.BootEvidence{
+		NodeId: e.NodeID, TimeUnixNano: e.Time.UnixNano(), Stage: e.Stage, Class: e.Class, Passed: e.Passed,
+		Pcrs: pcrs, EventLog: e.EventLog, AkPublic: e.AKPublic, QuoteAttest: e.QuoteAttest, QuoteSignature: e.QuoteSignature, Nonce: e.Nonce,
+	}}, nil
+}
+
+func (a *adminService) PolicyStatus(ctx context.Context, req *adminv1.PolicyStatusRequest) (*adminv1.PolicyStatusResponse, error) {
+	st, err := a.s.cfg.Store.CountVerdictStatus(ctx)
+	if err != nil {
+		return nil, storeFailure("count the boot verdicts", err)
+	}
+	out := &adminv1.PolicyStatusResponse{}
+	for _, c := range st {
+		if req.Class != "" && c.Class != req.Class {
+			continue
+		}
+		out.Classes = append(out.Classes, &adminv1.PolicyClassStatus{Class: c.Class, Nodes: uint32(c.Nodes), Current: uint32(c.Current),
+			Next: uint32(c.Next), Both: uint32(c.Both), Failing: uint32(c.Failing), LatestUnixNano: c.Latest.UnixNano()})
 	}
 	return out, nil
 }

@@ -11,7 +11,9 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
+	"github.com/nodetrust/nodetrust/internal/fleetd/export"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
+	"github.com/nodetrust/nodetrust/internal/fleetd/spireexport"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 )
 
@@ -195,4 +197,58 @@ func TestSimGradedResponse(t *testing.T) {
 			t.Fatalf("New: %v", err)
 		}
 	})
+}
+
+// TestSimBootQuarantineWithdrawsFromTheExport: a worker quarantined by a
+// failed boot check leaves the device export, and the SPIRE export's plan
+// made from it deletes the node's fleet-owned entries (the step that
+// withdraws its registrations; against a real SPIRE server the export
+// tests in internal/integration apply such plans).
+func TestSimBootQuarantineWithdrawsFromTheExport(t *testing.T) {
+	b := newBootEnv(t)
+	other := b.newNode(t, "web")
+	docOf := func() export.Document {
+		t.Helper()
+		body, _, err := b.srv.ExportDocument(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, _, err := export.Parse(body, b.auth.TrustDomain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return doc
+	}
+	before := docOf()
+	if len(before.Devices) != 2 {
+		t.Fatalf("export before the check lists %d devices, want 2", len(before.Devices))
+	}
+	var applied []spireexport.Entry
+	for _, c := range spireexport.Desired(before) {
+		applied = append(applied, c.Entry)
+	}
+	if p := spireexport.Diff(before, applied); !p.Empty() {
+		t.Fatalf("the applied export plans changes: %s", p.Summary())
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	st := b.session(t, ctx)
+	resp, err := b.check(t, st, func(n []byte) *gatewayv1.SessionRequest { return evidenceMsg(b.evidence(t, n, falseLog())) })
+	if err != nil || resp.Action != "quarantined" {
+		t.Fatalf("CheckNode = %v, %v; want quarantined", resp, err)
+	}
+	after := docOf()
+	if len(after.Devices) != 1 || after.Devices[0].NodeID != other.id {
+		t.Fatalf("export after the quarantine lists %+v, want %s alone", after.Devices, other.id)
+	}
+	p := spireexport.Diff(after, applied)
+	if len(p.Withdrawn) != 1 || p.Withdrawn[0] != b.n.id || len(p.Delete) == 0 || len(p.Create) != 0 || len(p.Update) != 0 {
+		t.Fatalf("plan after the quarantine: %s (withdrawn %v), want %s's entries deleted", p.Summary(), p.Withdrawn, b.n.id)
+	}
+	for _, d := range p.Delete {
+		if d.NodeID != b.n.id {
+			t.Errorf("the plan deletes %s's entry %s", d.NodeID, d.Entry.ID)
+		}
+	}
 }

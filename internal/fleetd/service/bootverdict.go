@@ -178,7 +178,7 @@ func (s *Server) judgeBoot(ctx context.Context, nodeID, class string, stage boot
 // log (when one is open).
 func (s *Server) storeVerdict(ctx context.Context, v *bootpolicy.Verdict, ev bootpolicy.Evidence) error {
 	if v.NodeID != "" {
-		sv := store.Verdict{NodeID: v.NodeID, Time: v.Time, Stage: string(v.Stage), Class: v.Class, Passed: v.Pass(), Policy: v.Policy, Failed: failedRules(v)}
+		sv := storedVerdict(v)
 		if ev.Quote != nil {
 			sv.NonceSHA256, sv.QuoteSHA256 = sha256Hex(ev.Quote.Nonce), sha256Hex(ev.Quote.Attest)
 		}
@@ -192,6 +192,39 @@ func (s *Server) storeVerdict(ctx context.Context, v *bootpolicy.Verdict, ev boo
 		}
 	}
 	return nil
+}
+
+// keepEvidence keeps ev, the evidence of the stored verdict v, as node
+// nodeID's latest boot evidence, from which fleetd policy capture --node
+// writes a policy. Only evidence a TPM proved is kept (ev has a verified
+// quote: the verdict was made). A log over the bound is not kept, and a
+// store failure only logged: the verdict, stored and acted on, stands
+// either way.
+func (s *Server) keepEvidence(ctx context.Context, nodeID string, v *bootpolicy.Verdict, ev bootpolicy.Evidence) {
+	if ev.Quote == nil {
+		return
+	}
+	if len(ev.EventLog) > store.MaxEvidenceLogSize {
+		s.log.InfoContext(ctx, "boot evidence not kept for policy capture: its event log is over the limit", logkey.NodeID, nodeID,
+			"bytes", len(ev.EventLog), "limit", store.MaxEvidenceLogSize)
+		return
+	}
+	e := store.BootEvidence{
+		NodeID: nodeID, Time: v.Time, Stage: string(v.Stage), Class: v.Class, Passed: v.Pass(),
+		PCRs: ev.PCRs, EventLog: ev.EventLog,
+		AKPublic: ev.Quote.AKPublic, QuoteAttest: ev.Quote.Attest, QuoteSignature: ev.Quote.Signature, Nonce: ev.Quote.Nonce,
+	}
+	if err := s.cfg.Store.PutBootEvidence(ctx, e); err != nil {
+		s.log.ErrorContext(ctx, "boot evidence not kept for policy capture (the verdict stands): fleetd policy capture --node takes the evidence kept before",
+			logkey.NodeID, nodeID, logkey.Error, err)
+	}
+}
+
+// storedVerdict is v as the store keeps it, without the evidence's
+// digests.
+func storedVerdict(v *bootpolicy.Verdict) store.Verdict {
+	return store.Verdict{NodeID: v.NodeID, Time: v.Time, Stage: string(v.Stage), Class: v.Class, Passed: v.Pass(), Matched: v.Matched,
+		Policy: v.Policy, Failed: failedRules(v)}
 }
 
 func failedRules(v *bootpolicy.Verdict) []store.FailedRule {

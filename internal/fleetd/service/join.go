@@ -351,6 +351,9 @@ type issuance struct {
 	csrHash  []byte
 
 	daemonVersion string
+	// boot, when not nil, is a tpm join's boot verdict: its evidence is
+	// kept as the node's once the join is recorded.
+	boot *judgedBoot
 }
 
 // issue signs the node certificate, records the join (spending the token
@@ -422,6 +425,9 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	}
 	if err != nil {
 		return nil, fmt.Errorf("record join of node %s: %w", in.nodeID, err)
+	}
+	if in.boot != nil {
+		s.keepEvidence(ctx, in.nodeID, in.boot.verdict, in.boot.evidence)
 	}
 	s.log.InfoContext(ctx, "node joined", logkey.NodeID, in.nodeID, logkey.Attestor, in.attestor, "actor", actor,
 		logkey.Serial, serial, "reclaim", in.reclaim, logkey.Generation, in.gen, logkey.Peer, peerAddr(ctx))

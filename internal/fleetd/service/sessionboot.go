@@ -16,7 +16,6 @@ import (
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
-	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 )
 
@@ -233,6 +232,7 @@ func (s *Server) bootCheck(ctx context.Context, caller *authedNode, ev *gatewayv
 	if err != nil {
 		return checkOutcome{err: err}
 	}
+	s.keepEvidence(ctx, n.ID, v, e)
 	if v.Pass() {
 		return checkOutcome{verdict: v, action: actionNone}
 	}
@@ -281,7 +281,9 @@ func (s *Server) renewalBoot(ctx context.Context, cur *authedNode, keyAK []byte,
 		return refused(codes.FailedPrecondition, "renewal waits: %v", err)
 	case err != nil:
 		return unavailable("renewal", "the boot verdict could not be stored; retry", err, logkey.NodeID, cur.node.ID)
-	case v.Pass():
+	}
+	s.keepEvidence(ctx, n.ID, v, e)
+	if v.Pass() {
 		return nil
 	}
 	switch s.actOnFailure(ctx, n, v) {
@@ -332,6 +334,7 @@ func (a *adminService) CheckNode(ctx context.Context, req *adminv1.CheckNodeRequ
 		return nil, storeFailure("boot check of node "+req.NodeId, out.err)
 	}
 	v := out.verdict
-	sv := store.Verdict{NodeID: req.NodeId, Time: v.Time, Stage: string(v.Stage), Class: v.Class, Passed: v.Pass(), Policy: v.Policy, Failed: failedRules(v)}
+	sv := storedVerdict(v)
+	sv.NodeID = req.NodeId
 	return &adminv1.CheckNodeResponse{Verdict: verdictInfo(sv), Action: out.action}, nil
 }

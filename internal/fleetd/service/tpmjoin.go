@@ -172,16 +172,17 @@ func (j *joinService) joinTPM(ctx context.Context, req *joinv1.JoinRequest, csr 
 		s.log.WarnContext(ctx, "tpm challenge failed, asking again", "round", ch.round, logkey.EKPin, ch.ekPin, logkey.Reason, err.Error())
 		return j.newRound(ctx, ch, ch.round+1)
 	}
+	var boot *judgedBoot
 	if j.s.cfg.BootPolicy != nil {
-		if err := j.intakeBoot(ctx, ch, req.Answer); err != nil {
+		if boot, err = j.intakeBoot(ctx, ch, req.Answer); err != nil {
 			return nil, err
 		}
 	}
-	return j.tpmProven(ctx, req, ch, csr, csrHash)
+	return j.tpmProven(ctx, req, ch, csr, csrHash, boot)
 }
 
 // tpmProven decides a tpm join whose TPM answered its challenge.
-func (j *joinService) tpmProven(ctx context.Context, req *joinv1.JoinRequest, ch *challenge, csr *x509.CertificateRequest, csrHash []byte) (*joinv1.JoinResponse, error) {
+func (j *joinService) tpmProven(ctx context.Context, req *joinv1.JoinRequest, ch *challenge, csr *x509.CertificateRequest, csrHash []byte, boot *judgedBoot) (*joinv1.JoinResponse, error) {
 	claims := claimsFrom(req.Claims)
 	var o *openedToken
 	if len(req.SealedToken) > 0 {
@@ -208,7 +209,7 @@ func (j *joinService) tpmProven(ctx context.Context, req *joinv1.JoinRequest, ch
 		return nil, err
 	}
 	in := issuance{token: o, placement: pl, attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: ch.akName,
-		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion}
+		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion, boot: boot}
 	if o == nil || !o.tok.RequireApproval {
 		return j.issue(ctx, in)
 	}
@@ -418,14 +419,24 @@ func samePublicKey(a, b crypto.PublicKey) bool {
 	return ok && eq.Equal(b)
 }
 
+// judgedBoot is a tpm join's verdict and the evidence it was made of:
+// issue keeps the evidence under the node id it issues to, once the join
+// is recorded (a refused join keeps none, whatever node id its EK's
+// declaration names).
+type judgedBoot struct {
+	verdict  *bootpolicy.Verdict
+	evidence bootpolicy.Evidence
+}
+
 // intakeBoot judges the boot a proven tpm join quoted against the policy of
 // the machine's class (the class of its node, else of the declaration that
 // binds its EK, else worker) and stores the verdict: at intake for a first
 // join (or one of a planned or provisioning node), at renewal's stage for
 // an installed node that re-joins. A
 // failed verdict refuses the join, every failed rule in the log and the
-// audit trail.
-func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.ChallengeAnswer) error {
+// audit trail. A verdict that admits the join comes back as a
+// judgedBoot, whose evidence the issue keeps.
+func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.ChallengeAnswer) (*judgedBoot, error) {
 	s := j.s
 	nodeID, class, stage := "", "", bootpolicy.Intake
 	if ch.known != nil {
@@ -440,7 +451,7 @@ func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.C
 		// a source that cannot answer must not leave it to the default.
 		decls, err := s.cfg.Inventory.ByEKPin(ctx, ch.ekPin)
 		if err != nil {
-			return refuse(reasonTPMEvidence, "EK %s: the inventory source cannot say which class's boot policy applies: %v", ch.ekPin, err)
+			return nil, refuse(reasonTPMEvidence, "EK %s: the inventory source cannot say which class's boot policy applies: %v", ch.ekPin, err)
 		}
 		if len(decls) == 1 {
 			nodeID, class = decls[0].Name, decls[0].Class
@@ -460,15 +471,17 @@ func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.C
 	var ne *notEvidence
 	switch {
 	case errors.As(err, &ne):
-		return refuse(reasonBootPolicy, "the boot of EK %s (class %s) was not judged: %v", ch.ekPin, class, err)
+		return nil, refuse(reasonBootPolicy, "the boot of EK %s (class %s) was not judged: %v", ch.ekPin, class, err)
 	case err != nil:
-		return err
-	case v.Pass():
-		return nil
+		return nil, err
+	}
+	boot := &judgedBoot{verdict: v, evidence: ev}
+	if v.Pass() {
+		return boot, nil
 	}
 	if p, err := s.cfg.BootPolicy.Policy(class); err == nil && !p.Enforced() {
 		s.auditAlert(ctx, nodeID, class, v)
-		return nil
+		return boot, nil
 	}
 	summary := failedSummary(v)
 	subject := nodeID
@@ -477,7 +490,7 @@ func (j *joinService) intakeBoot(ctx context.Context, ch *challenge, a *joinv1.C
 	}
 	_ = s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: s.cfg.Now(), Actor: "bootpolicy", Action: "join.boot_refused", Subject: subject,
 		Detail: capDetail(fmt.Sprintf("class %s, %s: %s", class, stage, summary))})
-	return refuse(reasonBootPolicy, "the boot fails the %s boot policy (%s) of EK %s: %s", class, stage, ch.ekPin, summary)
+	return nil, refuse(reasonBootPolicy, "the boot fails the %s boot policy (%s) of EK %s: %s", class, stage, ch.ekPin, summary)
 }
 
 // capDetail bounds an audit detail.

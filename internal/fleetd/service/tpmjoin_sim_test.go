@@ -44,7 +44,17 @@ type tpmMachine struct {
 // CSR. It returns the manufacturer's root pool.
 func newTPMMachine(t *testing.T) (*tpmMachine, *x509.CertPool) {
 	t.Helper()
+	return newBootedTPMMachine(t, nil)
+}
+
+// newBootedTPMMachine is newTPMMachine whose TPM measured boot first, as
+// firmware does (nil: nothing measured).
+func newBootedTPMMachine(t *testing.T, boot *tpmtest.EventLog) (*tpmMachine, *x509.CertPool) {
+	t.Helper()
 	tp, tr := tpmtest.OpenSim(t)
+	if boot != nil {
+		boot.Extend(t, tr)
+	}
 	mfr := tpmtest.NewManufacturer(t, "service test TPM manufacturer", nil)
 	m := &tpmMachine{tp: tp, ekCert: mfr.Provision(t, tp, tr, tpm.EKRSA2048)}
 	var err error

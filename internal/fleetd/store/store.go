@@ -357,6 +357,9 @@ type Store interface {
 
 	// VerdictStore is the boot-policy verdict history (verdicts.go).
 	VerdictStore
+	// BootEvidenceStore keeps each node's latest boot evidence
+	// (verdicts.go).
+	BootEvidenceStore
 
 	// ConfigReleases keeps the configs waiting for their release over
 	// HTTPS and their burn state (release.go).

@@ -308,6 +308,28 @@ CREATE TABLE intake_sessions (
 );
 CREATE INDEX intake_sessions_expires_at ON intake_sessions (expires_at);
 `,
+	// 14: each node's latest TPM-proven boot evidence, as SQLite's
+	// migration 12: one row per node, replaced.
+	`
+CREATE TABLE boot_evidence (
+	node_id         text PRIMARY KEY,
+	time            timestamptz,
+	stage           text NOT NULL,
+	class           text NOT NULL,
+	passed          boolean NOT NULL,
+	pcrs            jsonb NOT NULL,
+	event_log       bytea NOT NULL,
+	ak_public       bytea NOT NULL,
+	quote_attest    bytea NOT NULL,
+	quote_signature bytea NOT NULL,
+	nonce           bytea NOT NULL
+);
+`,
+	// 15: which state of its policy a passing verdict matched, as SQLite's
+	// migration 13.
+	`
+ALTER TABLE verdicts ADD COLUMN matched text NOT NULL DEFAULT '';
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

@@ -343,6 +343,11 @@ func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, a
 		if _, err := tx.Exec(ctx, `DELETE FROM nodes WHERE id = $1`, id); err != nil {
 			return fmt.Errorf("delete: %w", err)
 		}
+		// A later node of the same id is not captured from the deleted
+		// one's boot evidence.
+		if _, err := tx.Exec(ctx, `DELETE FROM boot_evidence WHERE node_id = $1`, id); err != nil {
+			return fmt.Errorf("delete its boot evidence: %w", err)
+		}
 		return insertAudit(ctx, tx, audit)
 	})
 	if err != nil {

@@ -304,6 +304,28 @@ CREATE TABLE intake_sessions (
 ) STRICT;
 CREATE INDEX intake_sessions_expires_at ON intake_sessions (expires_at);
 `,
+	// 12: each node's latest TPM-proven boot evidence, for fleetd policy
+	// capture --node: one row per node, replaced.
+	`
+CREATE TABLE boot_evidence (
+	node_id         TEXT PRIMARY KEY,
+	time            INTEGER,
+	stage           TEXT NOT NULL,
+	class           TEXT NOT NULL,
+	passed          INTEGER NOT NULL,
+	pcrs            TEXT NOT NULL,
+	event_log       BLOB NOT NULL,
+	ak_public       BLOB NOT NULL,
+	quote_attest    BLOB NOT NULL,
+	quote_signature BLOB NOT NULL,
+	nonce           BLOB NOT NULL
+) STRICT;
+`,
+	// 13: which state of its policy a passing verdict matched (current,
+	// next, both), for fleetd policy status.
+	`
+ALTER TABLE verdicts ADD COLUMN matched TEXT NOT NULL DEFAULT '';
+`,
 }
 
 const createMigrationsTable = `

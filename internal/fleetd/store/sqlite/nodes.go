@@ -44,8 +44,11 @@ var (
 		WHERE id = ? RETURNING generation`)
 	qRevokeCerts = newWriteQuery(`UPDATE certs SET revoked_at = ?, revoked_reason = ?
 		WHERE node_id = ? AND revoked_at IS NULL RETURNING serial`)
-	qDeleteNode   = newWriteQuery(`DELETE FROM nodes WHERE id = ?`)
-	qPutTombstone = newWriteQuery(`INSERT INTO node_tombstones (id, generation, deleted_at) VALUES (?, ?, ?)
+	qDeleteNode = newWriteQuery(`DELETE FROM nodes WHERE id = ?`)
+	// qDeleteEvidence removes a deleted node's kept boot evidence, so a
+	// later node of the same id is not captured from it.
+	qDeleteEvidence = newWriteQuery(`DELETE FROM boot_evidence WHERE node_id = ?`)
+	qPutTombstone   = newWriteQuery(`INSERT INTO node_tombstones (id, generation, deleted_at) VALUES (?, ?, ?)
 		ON CONFLICT (id) DO UPDATE SET generation = max(generation, excluded.generation),
 		deleted_at = excluded.deleted_at`)
 	qTombstoneGen = newWriteQuery(`SELECT generation FROM node_tombstones WHERE id = ?`)
@@ -426,6 +429,9 @@ func (d *DB) DeleteNode(ctx context.Context, id, reason string, now time.Time, a
 		}
 		if _, err := t.exec(qDeleteNode, id); err != nil {
 			return fmt.Errorf("delete: %w", err)
+		}
+		if _, err := t.exec(qDeleteEvidence, id); err != nil {
+			return fmt.Errorf("delete its boot evidence: %w", err)
 		}
 		return insertAudit(t, auditVals)
 	})

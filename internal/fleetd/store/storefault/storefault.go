@@ -476,3 +476,27 @@ func (f *Store) ListVerdicts(ctx context.Context, nodeID string, limit int) ([]s
 	}
 	return f.Store.ListVerdicts(ctx, nodeID, limit)
 }
+
+// PutBootEvidence implements store.Store.
+func (f *Store) PutBootEvidence(ctx context.Context, e store.BootEvidence) error {
+	if err := f.enter(ctx, "PutBootEvidence"); err != nil {
+		return err
+	}
+	return f.Store.PutBootEvidence(ctx, e)
+}
+
+// GetBootEvidence implements store.Store.
+func (f *Store) GetBootEvidence(ctx context.Context, nodeID string) (store.BootEvidence, error) {
+	if err := f.enter(ctx, "GetBootEvidence"); err != nil {
+		return store.BootEvidence{}, err
+	}
+	return f.Store.GetBootEvidence(ctx, nodeID)
+}
+
+// CountVerdictStatus implements store.Store.
+func (f *Store) CountVerdictStatus(ctx context.Context) ([]store.VerdictStatus, error) {
+	if err := f.enter(ctx, "CountVerdictStatus"); err != nil {
+		return nil, err
+	}
+	return f.Store.CountVerdictStatus(ctx)
+}

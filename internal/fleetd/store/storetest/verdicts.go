@@ -14,9 +14,19 @@ func verdictAt(node string, minute int, passed bool) store.Verdict {
 		NodeID: node, Time: at(time.Duration(minute) * time.Minute), Stage: "boot-check", Class: "worker", Passed: passed,
 		Policy: "sha256:" + fmt.Sprintf("%064x", minute), NonceSHA256: fmt.Sprintf("%064x", minute+1), QuoteSHA256: fmt.Sprintf("%064x", minute+2),
 	}
-	if !passed {
+	if passed {
+		v.Matched = "current"
+	} else {
 		v.Failed = []store.FailedRule{{Rule: "secure_boot", Reason: "required, but Secure Boot is off"}, {Rule: "boot_applications", Reason: "not pinned: sha256:ab"}}
 	}
+	return v
+}
+
+// matchedAt is a verdict of node of class at minute: passing with
+// matched, or failing when matched is "".
+func matchedAt(node, class string, minute int, matched string) store.Verdict {
+	v := verdictAt(node, minute, matched != "")
+	v.Class, v.Matched = class, matched
 	return v
 }
 
@@ -92,6 +102,54 @@ var verdictCases = []testCase{
 		}
 		if _, err := s.ListVerdicts(t.Context(), "node-1", 0); err == nil {
 			t.Error("ListVerdicts(0) succeeded")
+		}
+	}},
+	{"verdict status counts each held node's latest verdict by class and the state it matched", func(t *testing.T, s store.Store) {
+		if st, err := s.CountVerdictStatus(t.Context()); err != nil || len(st) != 0 {
+			t.Fatalf("CountVerdictStatus on an empty store = %v, %v; want none", st, err)
+		}
+		for i, id := range []string{"w-1", "w-2", "w-3", "w-4", "w-5", "c-1", "r-1"} {
+			mustJoin(t, s, newJoin("", id, "s-"+id, at(time.Duration(i)*time.Minute)))
+		}
+		if _, _, err := s.TransitionNode(t.Context(), store.Transition{NodeID: "r-1", From: []string{store.StateActive}, To: store.StateRetired,
+			Revoke: true, Time: at(time.Hour), Actor: "admin:owner", Reason: "end of life"}); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range []store.Verdict{
+			// w-1 matched current, then next: next counts.
+			matchedAt("w-1", "worker", 1, "current"), matchedAt("w-1", "worker", 5, "next"),
+			// w-2 matched next, then failed: failing counts.
+			matchedAt("w-2", "worker", 2, "next"), matchedAt("w-2", "worker", 6, ""),
+			// w-3 failed, then matched current.
+			matchedAt("w-3", "worker", 3, ""), matchedAt("w-3", "worker", 7, "current"),
+			matchedAt("w-4", "worker", 4, "both"),
+			// w-5 passed before Matched was recorded: current.
+			matchedAt("w-5", "worker", 8, ""), {NodeID: "w-5", Time: at(9 * time.Minute), Stage: "renewal", Class: "worker", Passed: true, Failed: nil},
+			matchedAt("c-1", "control-plane", 10, "next"),
+			// A retired node's verdicts and a deleted node's are not counted.
+			matchedAt("r-1", "worker", 11, "current"),
+			matchedAt("gone-1", "worker", 12, "current"),
+		} {
+			if err := s.AppendVerdict(t.Context(), v, 10); err != nil {
+				t.Fatalf("AppendVerdict: %v", err)
+			}
+		}
+		st, err := s.CountVerdictStatus(t.Context())
+		if err != nil || len(st) != 2 {
+			t.Fatalf("CountVerdictStatus = %+v, %v; want two classes", st, err)
+		}
+		want := []store.VerdictStatus{
+			{Class: "control-plane", Nodes: 1, Next: 1, Latest: at(10 * time.Minute)},
+			{Class: "worker", Nodes: 5, Current: 2, Next: 1, Both: 1, Failing: 1, Latest: at(9 * time.Minute)},
+		}
+		for i := range want {
+			if !st[i].Latest.Equal(want[i].Latest) {
+				t.Errorf("%s: latest %v, want %v", want[i].Class, st[i].Latest, want[i].Latest)
+			}
+			st[i].Latest, want[i].Latest = time.Time{}, time.Time{}
+			if st[i] != want[i] {
+				t.Errorf("status %+v, want %+v", st[i], want[i])
+			}
 		}
 	}},
 }
