@@ -34,7 +34,7 @@ Signed calls (bcd node must run):
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(joinCommand(), intakeCommand(), nodeCommand(), helperCommand(), statusCommand(), doctorCommand(), runCommand(), callCommand(), launchCommand())
+	root.AddCommand(joinCommand(), intakeCommand(), installCommand(), nodeCommand(), helperCommand(), statusCommand(), doctorCommand(), runCommand(), callCommand(), launchCommand())
 	return root
 }
 
