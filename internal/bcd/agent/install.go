@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -108,7 +109,7 @@ func Install(ctx context.Context, c InstallConfig) (*InstallResult, error) {
 		return nil, fmt.Errorf("load the device key from the TPM (is this the TPM of the intake?): %w", err)
 	}
 	defer key.Close()
-	if eq, ok := key.Public().(interface{ Equal(any) bool }); len(ldevid) == 0 || !ok || !eq.Equal(ldevid[0].PublicKey) {
+	if eq, ok := key.Public().(interface{ Equal(crypto.PublicKey) bool }); len(ldevid) == 0 || !ok || !eq.Equal(ldevid[0].PublicKey) {
 		return nil, errors.New("the LDevID certifies another key than devid.keyrec's: run bcd intake again")
 	}
 
