@@ -251,3 +251,62 @@ func TestInstallAcceptance(t *testing.T) {
 		}
 	})
 }
+
+// A worker whose class renders with Talos's machinery is installed the
+// same way: the config fetched with the unwrapped code is the Talos
+// machine config of web-01 (validated by fleetd in metal mode before any
+// code was issued), carrying the join credential as a 0600 machine file.
+func TestInstallReleasesATalosConfig(t *testing.T) {
+	sw := tpmtest.StartSwtpm(t)
+	secrets := filepath.Join(t.TempDir(), "secrets.yaml")
+	if r := run(t, "", nil, "fleetd", "render", "secrets", "--out", secrets); r.code != 0 {
+		t.Fatalf("fleetd render secrets: %s", r)
+	}
+	cp := startControlPlane(t, "http_listen = \"127.0.0.1:0\"\n"+ekRootsConfig(t, sw)+
+		"[inventory]\nauto_provision = true\n"+
+		fmt.Sprintf("[render.worker]\nkind = \"talos\"\ncluster_name = \"lab\"\ncluster_endpoint = \"https://k8s.example.org:6443\"\nsecrets_file = %q\n", secrets))
+	declarer := cp.credential(t, "alice", "declarer")
+	cp.apply(t, declarer, installDecl(ekPin(t, sw)))
+	m := tpmMachine(t, cp, uuid1, sw, "")
+	if r := run(t, "", m.env(), "bcd", "intake", "--config", m.cfg); r.code != 0 {
+		t.Fatalf("bcd intake: %s", r)
+	}
+	codeFile := filepath.Join(t.TempDir(), "install-code")
+	r := run(t, "", m.env(), "bcd", "install", "--config", m.cfg, "--lldp-file", lldpFile(t, "nt-swp1", time.Now()), "--code-file", codeFile,
+		"--pass-marker", filepath.Join(t.TempDir(), "boot-pass"))
+	if r.code != 0 {
+		t.Fatalf("bcd install: %s", r)
+	}
+	b, err := os.ReadFile(codeFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := strings.TrimSpace(string(b))
+	client, base := cp.httpsClient(t)
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, base+install.ConfigPath(uuid1), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+code)
+	rsp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rsp.Body.Close()
+	config, err := io.ReadAll(rsp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rsp.StatusCode != http.StatusOK || rsp.Header.Get("Content-Type") != "application/yaml" {
+		t.Fatalf("fetch: %d %s %q", rsp.StatusCode, rsp.Header.Get("Content-Type"), config)
+	}
+	for _, want := range []string{"type: worker", "hostname: web-01", "disk: /dev/sda", "/var/etc/bcd/join-token", "ntjt_"} {
+		if !strings.Contains(string(config), want) {
+			t.Errorf("the Talos config lacks %q", want)
+		}
+	}
+	token := regexp.MustCompile(`ntjt_[A-Za-z0-9_-]+`).FindString(string(config))
+	if log := cp.log.String(); strings.Contains(log, code) || token == "" || strings.Contains(log, token) {
+		t.Errorf("fleetd's log holds the code or the join credential")
+	}
+}
