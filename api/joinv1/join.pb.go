@@ -1467,6 +1467,196 @@ func (x *IntakeResult) GetSessionNotAfterUnixNano() int64 {
 	return 0
 }
 
+// InstallRequest asks for the installation of the machine of an intake
+// session. The session id alone is never a credential (it appears in
+// logs): the confirmation proves the device key.
+type InstallRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The intake session's id (intake.json).
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The LDevID chain, DER, leaf first (ldevid.crt): the leaf must chain
+	// to the DevID CA and be the certificate the session issued.
+	LdevidChain [][]byte `protobuf:"bytes,2,rep,name=ldevid_chain,json=ldevidChain,proto3" json:"ldevid_chain,omitempty"`
+	// The signed network report, its JSON form (pki/netreport).
+	NetworkReport []byte `protobuf:"bytes,3,opt,name=network_report,json=networkReport,proto3" json:"network_report,omitempty"`
+	// When the node signed the confirmation, Unix nanoseconds.
+	ConfirmedAtUnixNano int64 `protobuf:"varint,4,opt,name=confirmed_at_unix_nano,json=confirmedAtUnixNano,proto3" json:"confirmed_at_unix_nano,omitempty"`
+	// The device key's signature (IEEE P1363) over SHA-256 of
+	// "nodetrust install-confirmation v1" || 0x00 || uint32 length ||
+	// session_id || SHA-256 of the network report's canonical encoding ||
+	// int64 confirmed_at_unix_nano (pki/confirm).
+	ConfirmationSignature []byte `protobuf:"bytes,5,opt,name=confirmation_signature,json=confirmationSignature,proto3" json:"confirmation_signature,omitempty"`
+	DaemonVersion         string `protobuf:"bytes,6,opt,name=daemon_version,json=daemonVersion,proto3" json:"daemon_version,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
+}
+
+func (x *InstallRequest) Reset() {
+	*x = InstallRequest{}
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallRequest) ProtoMessage() {}
+
+func (x *InstallRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallRequest.ProtoReflect.Descriptor instead.
+func (*InstallRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *InstallRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *InstallRequest) GetLdevidChain() [][]byte {
+	if x != nil {
+		return x.LdevidChain
+	}
+	return nil
+}
+
+func (x *InstallRequest) GetNetworkReport() []byte {
+	if x != nil {
+		return x.NetworkReport
+	}
+	return nil
+}
+
+func (x *InstallRequest) GetConfirmedAtUnixNano() int64 {
+	if x != nil {
+		return x.ConfirmedAtUnixNano
+	}
+	return 0
+}
+
+func (x *InstallRequest) GetConfirmationSignature() []byte {
+	if x != nil {
+		return x.ConfirmationSignature
+	}
+	return nil
+}
+
+func (x *InstallRequest) GetDaemonVersion() string {
+	if x != nil {
+		return x.DaemonVersion
+	}
+	return ""
+}
+
+// InstallResponse is an admitted installation's install code, wrapped to
+// the session's TPM: TPM2_ActivateCredential with the session's AK and
+// the EK returns the 32 bytes of the code.
+type InstallResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	CredentialBlob  []byte                 `protobuf:"bytes,1,opt,name=credential_blob,json=credentialBlob,proto3" json:"credential_blob,omitempty"`
+	EncryptedSecret []byte                 `protobuf:"bytes,2,opt,name=encrypted_secret,json=encryptedSecret,proto3" json:"encrypted_secret,omitempty"`
+	// The declared device and its product UUID: the config is fetched at
+	// GET /v1/config/{product_uuid} with the code.
+	Device      string `protobuf:"bytes,3,opt,name=device,proto3" json:"device,omitempty"`
+	ProductUuid string `protobuf:"bytes,4,opt,name=product_uuid,json=productUuid,proto3" json:"product_uuid,omitempty"`
+	// When the rendered config expires unfetched, Unix nanoseconds.
+	ExpiresAtUnixNano int64 `protobuf:"varint,5,opt,name=expires_at_unix_nano,json=expiresAtUnixNano,proto3" json:"expires_at_unix_nano,omitempty"`
+	// The verdict of the intake's boot as fleetd stored it: "pass", "fail"
+	// (a policy that only alerts let the intake through), or "none" (fleetd
+	// judges no boots: no [boot_policy]). The node writes its boot pass
+	// marker only on "pass".
+	BootVerdict   string `protobuf:"bytes,6,opt,name=boot_verdict,json=bootVerdict,proto3" json:"boot_verdict,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *InstallResponse) Reset() {
+	*x = InstallResponse{}
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *InstallResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstallResponse) ProtoMessage() {}
+
+func (x *InstallResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_join_v1_join_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstallResponse.ProtoReflect.Descriptor instead.
+func (*InstallResponse) Descriptor() ([]byte, []int) {
+	return file_nodetrust_join_v1_join_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *InstallResponse) GetCredentialBlob() []byte {
+	if x != nil {
+		return x.CredentialBlob
+	}
+	return nil
+}
+
+func (x *InstallResponse) GetEncryptedSecret() []byte {
+	if x != nil {
+		return x.EncryptedSecret
+	}
+	return nil
+}
+
+func (x *InstallResponse) GetDevice() string {
+	if x != nil {
+		return x.Device
+	}
+	return ""
+}
+
+func (x *InstallResponse) GetProductUuid() string {
+	if x != nil {
+		return x.ProductUuid
+	}
+	return ""
+}
+
+func (x *InstallResponse) GetExpiresAtUnixNano() int64 {
+	if x != nil {
+		return x.ExpiresAtUnixNano
+	}
+	return 0
+}
+
+func (x *InstallResponse) GetBootVerdict() string {
+	if x != nil {
+		return x.BootVerdict
+	}
+	return ""
+}
+
 var File_nodetrust_join_v1_join_proto protoreflect.FileDescriptor
 
 const file_nodetrust_join_v1_join_proto_rawDesc = "" +
@@ -1590,12 +1780,28 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"\x06device\x18\x05 \x01(\tR\x06device\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x06 \x01(\tR\tsessionId\x12<\n" +
-	"\x1bsession_not_after_unix_nano\x18\a \x01(\x03R\x17sessionNotAfterUnixNano2\xd2\x02\n" +
+	"\x1bsession_not_after_unix_nano\x18\a \x01(\x03R\x17sessionNotAfterUnixNano\"\x8c\x02\n" +
+	"\x0eInstallRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12!\n" +
+	"\fldevid_chain\x18\x02 \x03(\fR\vldevidChain\x12%\n" +
+	"\x0enetwork_report\x18\x03 \x01(\fR\rnetworkReport\x123\n" +
+	"\x16confirmed_at_unix_nano\x18\x04 \x01(\x03R\x13confirmedAtUnixNano\x125\n" +
+	"\x16confirmation_signature\x18\x05 \x01(\fR\x15confirmationSignature\x12%\n" +
+	"\x0edaemon_version\x18\x06 \x01(\tR\rdaemonVersion\"\xf4\x01\n" +
+	"\x0fInstallResponse\x12'\n" +
+	"\x0fcredential_blob\x18\x01 \x01(\fR\x0ecredentialBlob\x12)\n" +
+	"\x10encrypted_secret\x18\x02 \x01(\fR\x0fencryptedSecret\x12\x16\n" +
+	"\x06device\x18\x03 \x01(\tR\x06device\x12!\n" +
+	"\fproduct_uuid\x18\x04 \x01(\tR\vproductUuid\x12/\n" +
+	"\x14expires_at_unix_nano\x18\x05 \x01(\x03R\x11expiresAtUnixNano\x12!\n" +
+	"\fboot_verdict\x18\x06 \x01(\tR\vbootVerdict2\xa4\x03\n" +
 	"\vJoinService\x12G\n" +
 	"\x04Join\x12\x1e.nodetrust.join.v1.JoinRequest\x1a\x1f.nodetrust.join.v1.JoinResponse\x12J\n" +
 	"\x05Renew\x12\x1f.nodetrust.join.v1.RenewRequest\x1a .nodetrust.join.v1.RenewResponse\x12_\n" +
 	"\fGetWellKnown\x12&.nodetrust.join.v1.GetWellKnownRequest\x1a'.nodetrust.join.v1.GetWellKnownResponse\x12M\n" +
-	"\x06Intake\x12 .nodetrust.join.v1.IntakeRequest\x1a!.nodetrust.join.v1.IntakeResponseB+Z)github.com/nodetrust/nodetrust/api/joinv1b\x06proto3"
+	"\x06Intake\x12 .nodetrust.join.v1.IntakeRequest\x1a!.nodetrust.join.v1.IntakeResponse\x12P\n" +
+	"\aInstall\x12!.nodetrust.join.v1.InstallRequest\x1a\".nodetrust.join.v1.InstallResponseB+Z)github.com/nodetrust/nodetrust/api/joinv1b\x06proto3"
 
 var (
 	file_nodetrust_join_v1_join_proto_rawDescOnce sync.Once
@@ -1609,7 +1815,7 @@ func file_nodetrust_join_v1_join_proto_rawDescGZIP() []byte {
 	return file_nodetrust_join_v1_join_proto_rawDescData
 }
 
-var file_nodetrust_join_v1_join_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_nodetrust_join_v1_join_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_nodetrust_join_v1_join_proto_goTypes = []any{
 	(*HardwareClaims)(nil),       // 0: nodetrust.join.v1.HardwareClaims
 	(*JoinRequest)(nil),          // 1: nodetrust.join.v1.JoinRequest
@@ -1628,13 +1834,15 @@ var file_nodetrust_join_v1_join_proto_goTypes = []any{
 	(*IntakeRequest)(nil),        // 14: nodetrust.join.v1.IntakeRequest
 	(*IntakeResponse)(nil),       // 15: nodetrust.join.v1.IntakeResponse
 	(*IntakeResult)(nil),         // 16: nodetrust.join.v1.IntakeResult
-	nil,                          // 17: nodetrust.join.v1.ChallengeAnswer.PcrsEntry
+	(*InstallRequest)(nil),       // 17: nodetrust.join.v1.InstallRequest
+	(*InstallResponse)(nil),      // 18: nodetrust.join.v1.InstallResponse
+	nil,                          // 19: nodetrust.join.v1.ChallengeAnswer.PcrsEntry
 }
 var file_nodetrust_join_v1_join_proto_depIdxs = []int32{
 	0,  // 0: nodetrust.join.v1.JoinRequest.claims:type_name -> nodetrust.join.v1.HardwareClaims
 	2,  // 1: nodetrust.join.v1.JoinRequest.tpm:type_name -> nodetrust.join.v1.TpmEvidence
 	3,  // 2: nodetrust.join.v1.JoinRequest.answer:type_name -> nodetrust.join.v1.ChallengeAnswer
-	17, // 3: nodetrust.join.v1.ChallengeAnswer.pcrs:type_name -> nodetrust.join.v1.ChallengeAnswer.PcrsEntry
+	19, // 3: nodetrust.join.v1.ChallengeAnswer.pcrs:type_name -> nodetrust.join.v1.ChallengeAnswer.PcrsEntry
 	6,  // 4: nodetrust.join.v1.JoinResponse.signed:type_name -> nodetrust.join.v1.SignedJoinResult
 	8,  // 5: nodetrust.join.v1.JoinResponse.pending:type_name -> nodetrust.join.v1.JoinPending
 	9,  // 6: nodetrust.join.v1.JoinResponse.challenge:type_name -> nodetrust.join.v1.JoinChallenge
@@ -1649,12 +1857,14 @@ var file_nodetrust_join_v1_join_proto_depIdxs = []int32{
 	10, // 15: nodetrust.join.v1.JoinService.Renew:input_type -> nodetrust.join.v1.RenewRequest
 	12, // 16: nodetrust.join.v1.JoinService.GetWellKnown:input_type -> nodetrust.join.v1.GetWellKnownRequest
 	14, // 17: nodetrust.join.v1.JoinService.Intake:input_type -> nodetrust.join.v1.IntakeRequest
-	5,  // 18: nodetrust.join.v1.JoinService.Join:output_type -> nodetrust.join.v1.JoinResponse
-	11, // 19: nodetrust.join.v1.JoinService.Renew:output_type -> nodetrust.join.v1.RenewResponse
-	13, // 20: nodetrust.join.v1.JoinService.GetWellKnown:output_type -> nodetrust.join.v1.GetWellKnownResponse
-	15, // 21: nodetrust.join.v1.JoinService.Intake:output_type -> nodetrust.join.v1.IntakeResponse
-	18, // [18:22] is the sub-list for method output_type
-	14, // [14:18] is the sub-list for method input_type
+	17, // 18: nodetrust.join.v1.JoinService.Install:input_type -> nodetrust.join.v1.InstallRequest
+	5,  // 19: nodetrust.join.v1.JoinService.Join:output_type -> nodetrust.join.v1.JoinResponse
+	11, // 20: nodetrust.join.v1.JoinService.Renew:output_type -> nodetrust.join.v1.RenewResponse
+	13, // 21: nodetrust.join.v1.JoinService.GetWellKnown:output_type -> nodetrust.join.v1.GetWellKnownResponse
+	15, // 22: nodetrust.join.v1.JoinService.Intake:output_type -> nodetrust.join.v1.IntakeResponse
+	18, // 23: nodetrust.join.v1.JoinService.Install:output_type -> nodetrust.join.v1.InstallResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -1680,7 +1890,7 @@ func file_nodetrust_join_v1_join_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_join_v1_join_proto_rawDesc), len(file_nodetrust_join_v1_join_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	JoinService_Renew_FullMethodName        = "/nodetrust.join.v1.JoinService/Renew"
 	JoinService_GetWellKnown_FullMethodName = "/nodetrust.join.v1.JoinService/GetWellKnown"
 	JoinService_Intake_FullMethodName       = "/nodetrust.join.v1.JoinService/Intake"
+	JoinService_Install_FullMethodName      = "/nodetrust.join.v1.JoinService/Install"
 )
 
 // JoinServiceClient is the client API for JoinService service.
@@ -61,6 +62,16 @@ type JoinServiceClient interface {
 	// PERMISSION_DENIED with a message starting "Intake refused"; the reason
 	// is logged and audited on the server only.
 	Intake(ctx context.Context, in *IntakeRequest, opts ...grpc.CallOption) (*IntakeResponse, error)
+	// Install asks for the installation of a machine that passed intake
+	// (seed 003, "Attestation and admission", "Installation and config
+	// release"): the intake session, the LDevID chain, a network report and
+	// a confirmation, both signed by the LDevID's device key. fleetd applies
+	// the admission rules, renders the machine's config and answers with a
+	// fresh install code wrapped to the session's TPM (TPM2_MakeCredential to
+	// its EK for its AK). Every refusal is PERMISSION_DENIED with a message
+	// starting "Install refused" and what to do; the rule is logged and
+	// audited on the server only.
+	Install(ctx context.Context, in *InstallRequest, opts ...grpc.CallOption) (*InstallResponse, error)
 }
 
 type joinServiceClient struct {
@@ -111,6 +122,16 @@ func (c *joinServiceClient) Intake(ctx context.Context, in *IntakeRequest, opts 
 	return out, nil
 }
 
+func (c *joinServiceClient) Install(ctx context.Context, in *InstallRequest, opts ...grpc.CallOption) (*InstallResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(InstallResponse)
+	err := c.cc.Invoke(ctx, JoinService_Install_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // JoinServiceServer is the server API for JoinService service.
 // All implementations must embed UnimplementedJoinServiceServer
 // for forward compatibility.
@@ -143,6 +164,16 @@ type JoinServiceServer interface {
 	// PERMISSION_DENIED with a message starting "Intake refused"; the reason
 	// is logged and audited on the server only.
 	Intake(context.Context, *IntakeRequest) (*IntakeResponse, error)
+	// Install asks for the installation of a machine that passed intake
+	// (seed 003, "Attestation and admission", "Installation and config
+	// release"): the intake session, the LDevID chain, a network report and
+	// a confirmation, both signed by the LDevID's device key. fleetd applies
+	// the admission rules, renders the machine's config and answers with a
+	// fresh install code wrapped to the session's TPM (TPM2_MakeCredential to
+	// its EK for its AK). Every refusal is PERMISSION_DENIED with a message
+	// starting "Install refused" and what to do; the rule is logged and
+	// audited on the server only.
+	Install(context.Context, *InstallRequest) (*InstallResponse, error)
 	mustEmbedUnimplementedJoinServiceServer()
 }
 
@@ -164,6 +195,9 @@ func (UnimplementedJoinServiceServer) GetWellKnown(context.Context, *GetWellKnow
 }
 func (UnimplementedJoinServiceServer) Intake(context.Context, *IntakeRequest) (*IntakeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Intake not implemented")
+}
+func (UnimplementedJoinServiceServer) Install(context.Context, *InstallRequest) (*InstallResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Install not implemented")
 }
 func (UnimplementedJoinServiceServer) mustEmbedUnimplementedJoinServiceServer() {}
 func (UnimplementedJoinServiceServer) testEmbeddedByValue()                     {}
@@ -258,6 +292,24 @@ func _JoinService_Intake_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _JoinService_Install_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(InstallRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(JoinServiceServer).Install(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: JoinService_Install_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(JoinServiceServer).Install(ctx, req.(*InstallRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // JoinService_ServiceDesc is the grpc.ServiceDesc for JoinService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -280,6 +332,10 @@ var JoinService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Intake",
 			Handler:    _JoinService_Intake_Handler,
+		},
+		{
+			MethodName: "Install",
+			Handler:    _JoinService_Install_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

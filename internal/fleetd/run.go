@@ -27,6 +27,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
+	"github.com/nodetrust/nodetrust/internal/fleetd/render"
 	"github.com/nodetrust/nodetrust/internal/fleetd/render/renderers"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
 	"github.com/nodetrust/nodetrust/internal/fleetd/spireexport"
@@ -191,6 +192,17 @@ func Run(ctx context.Context, o Options) error {
 		Activator: install.LifecycleActivator{Manager: srv.Lifecycle()}})
 	if err != nil {
 		return err
+	}
+	// The Install RPC renders with each class's renderer and issues the
+	// code through the releaser (docs/install.md, "Admission").
+	if len(renders.Classes()) > 0 {
+		fl, err := render.FleetdFromPKI(pkiDir, cfg.Install.Server)
+		if err != nil {
+			return fmt.Errorf("install.server: %w", err)
+		}
+		srv.SetInstall(service.InstallSettings{Releaser: releaser, Renderers: renders, Fleetd: fl,
+			ReportMaxAge: cfg.Install.ReportMaxAge.Duration, ReportMaxSkew: cfg.Install.ReportMaxSkew.Duration,
+			CredentialLifetime: cfg.Install.CredentialLifetime.Duration})
 	}
 
 	ln := o.Listener

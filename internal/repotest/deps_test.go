@@ -52,6 +52,8 @@ var libraryRules = []struct {
 		"the signed join result needs the wire types (api/joinv1), and nothing heavier"},
 	{"pki/netreport", [][]string{thirdParty, rpc, httpServe, logging, binaries},
 		"the signed network report, built by bcd and verified by fleetd: the standard library and pki only"},
+	{"pki/confirm", [][]string{thirdParty, rpc, httpServe, logging, binaries},
+		"the install confirmation, signed by bcd and verified by fleetd: the standard library and pki only"},
 	{"pki/pkitest", [][]string{thirdParty, httpServe, logging, binaries},
 		"test support: throwaway keys and CAs"},
 	{"callsig", [][]string{thirdParty, storage, httpServe, logging, binaries, {module + "/tpm", module + "/attest"}},

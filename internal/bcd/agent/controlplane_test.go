@@ -48,6 +48,8 @@ type controlPlane struct {
 	shift atomic.Int64
 	addr  string
 	admin adminv1.AdminClient
+	// srv is the Server start made last.
+	srv *service.Server
 
 	mu   sync.Mutex
 	stop func()
@@ -116,6 +118,7 @@ func (cp *controlPlane) start(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cp.srv = srv
 	addr := cp.addr
 	if addr == "" {
 		addr = "127.0.0.1:0"

@@ -23,6 +23,10 @@ The identity:
   bcd status                 show this machine's identity and its journal
   bcd doctor                 check everything, with the way back for each problem
 
+Installation (in the install environment, docs/install.md):
+  bcd intake                 prove the TPM and the boot; get the device certificates
+  bcd install                ask for installation; unwrap the install code
+
 Signed calls (bcd node must run):
   bcd run -- CMD             start an instance with a key of its own
   bcd call SERVICE METHOD    call the daemon as the command line
@@ -34,7 +38,7 @@ Signed calls (bcd node must run):
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(joinCommand(), intakeCommand(), nodeCommand(), helperCommand(), statusCommand(), doctorCommand(), runCommand(), callCommand(), launchCommand())
+	root.AddCommand(joinCommand(), intakeCommand(), installCommand(), nodeCommand(), helperCommand(), statusCommand(), doctorCommand(), runCommand(), callCommand(), launchCommand())
 	return root
 }
 

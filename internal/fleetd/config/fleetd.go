@@ -73,6 +73,9 @@ type Fleetd struct {
 	// Intake configures the install environment's intake
 	// (docs/install.md, "Intake").
 	Intake Intake `toml:"intake"`
+	// Install configures the Install RPC's admission and render
+	// (docs/install.md, "Admission").
+	Install Install `toml:"install"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -181,6 +184,23 @@ type Intake struct {
 	// Window is how long an intake's LDevID, LAK certificate and session
 	// last, the install window (default 2h; 5m to 24h).
 	Window Duration `toml:"window"`
+}
+
+// Install is the [install] section: the bounds of an install request's
+// network report, and the join credential a render carries.
+type Install struct {
+	// ReportMaxAge bounds how old a network report may be (default 15m;
+	// 1m to 24h); ReportMaxSkew how far in the future it, or the
+	// confirmation, may be dated (default 2m; 0s to 1h).
+	ReportMaxAge  Duration `toml:"report_max_age"`
+	ReportMaxSkew Duration `toml:"report_max_skew"`
+	// CredentialLifetime is how long the join credential of a render is
+	// accepted (default 8h; 1h to 7 days).
+	CredentialLifetime Duration `toml:"credential_lifetime"`
+	// Server is the gRPC address (host:port) installed machines reach,
+	// written in their rendered config (default the first of
+	// advertise_addresses, else listen).
+	Server string `toml:"server"`
 }
 
 // DefaultStaleAfter is [boot_policy] stale_after's default: two missed
@@ -377,6 +397,21 @@ func (c *Fleetd) applyDefaults() {
 	if c.Intake.Window.Duration == 0 {
 		c.Intake.Window.Duration = 2 * time.Hour
 	}
+	if c.Install.ReportMaxAge.Duration == 0 {
+		c.Install.ReportMaxAge.Duration = 15 * time.Minute
+	}
+	if c.Install.ReportMaxSkew.Duration == 0 {
+		c.Install.ReportMaxSkew.Duration = 2 * time.Minute
+	}
+	if c.Install.CredentialLifetime.Duration == 0 {
+		c.Install.CredentialLifetime.Duration = 8 * time.Hour
+	}
+	if c.Install.Server == "" {
+		c.Install.Server = c.Listen
+		if len(c.AdvertiseAddresses) > 0 {
+			c.Install.Server = c.AdvertiseAddresses[0]
+		}
+	}
 	if c.BootPolicy.BootCheckTimeout.Duration == 0 {
 		c.BootPolicy.BootCheckTimeout.Duration = time.Minute
 	}
@@ -479,6 +514,15 @@ func (c *Fleetd) Validate() error {
 	}
 	if d := c.Intake.Window.Duration; d < 5*time.Minute || d > 24*time.Hour {
 		return fmt.Errorf("intake.window: %s is outside 5m..24h", d)
+	}
+	if d := c.Install.ReportMaxAge.Duration; d < time.Minute || d > 24*time.Hour {
+		return fmt.Errorf("install.report_max_age: %s is outside 1m..24h", d)
+	}
+	if d := c.Install.ReportMaxSkew.Duration; d < 0 || d > time.Hour {
+		return fmt.Errorf("install.report_max_skew: %s is outside 0s..1h", d)
+	}
+	if d := c.Install.CredentialLifetime.Duration; d < time.Hour || d > 7*24*time.Hour {
+		return fmt.Errorf("install.credential_lifetime: %s is outside 1h..168h", d)
 	}
 	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
 		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)

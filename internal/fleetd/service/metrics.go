@@ -19,6 +19,7 @@ type metrics struct {
 	reg         *prometheus.Registry
 	joins       *prometheus.CounterVec
 	intakes     *prometheus.CounterVec
+	installs    *prometheus.CounterVec
 	renewals    *prometheus.CounterVec
 	revocations *prometheus.CounterVec
 	adminCalls  *prometheus.CounterVec
@@ -43,6 +44,10 @@ func newMetrics(s *Server) *metrics {
 		intakes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodetrust_intake_requests_total",
 			Help: "Intake requests by outcome: issued, challenge, failed, or refused_<reason> (csr_invalid, tpm_evidence, tpm_challenge, not_admitted, boot_policy).",
+		}, []string{"outcome"}),
+		installs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_install_requests_total",
+			Help: "Install requests by outcome: issued, failed, or refused_<rule> (intake-session, ldevid, confirmation, render, or an admission rule: declared, expected-port, network-report-age, …).",
 		}, []string{"outcome"}),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodetrust_renewals_total",
@@ -89,7 +94,7 @@ func newMetrics(s *Server) *metrics {
 			Help: "Refusal log lines dropped by the per-reason-and-source throttle.",
 		}),
 	}
-	m.reg.MustRegister(m.joins, m.intakes, m.renewals, m.revocations, m.adminCalls, m.claims, m.transitions,
+	m.reg.MustRegister(m.joins, m.intakes, m.installs, m.renewals, m.revocations, m.adminCalls, m.claims, m.transitions,
 		m.joinRefusals, m.oversized, m.connRefused, m.connDisplaced, m.auditDropped, m.logDropped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nodetrust_live_sessions",

@@ -154,6 +154,8 @@ type Server struct {
 	// sweep's findings.
 	started time.Time
 	stale   staleState
+	// install holds the Install RPC's settings (SetInstall).
+	install installState
 	// overLimit remembers the nodes refused as over the renewal limit.
 	overLimit overLimitMemo
 }
