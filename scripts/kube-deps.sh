@@ -36,7 +36,9 @@ CGO_ENABLED=0 GOBIN="$bin.tmp" go install -ldflags='-s -w' "sigs.k8s.io/kwok/cmd
 # being deleted go away, so that an eviction or a drain completes.
 src=$(go mod download -json "sigs.k8s.io/kwok@$kwok" | awk -F'"' '$2 == "Dir" { print $4 }')
 for kind in node pod; do
-  cp "$src/kustomize/stage/$kind/fast/"*.yaml "$stage.tmp/"
+  for f in "$src/kustomize/stage/$kind/fast/"*.yaml; do
+    [ "$(basename "$f")" = kustomization.yaml ] || cp "$f" "$stage.tmp/"
+  done
 done
 chmod -R u+w "$stage.tmp"
 rm -rf "$bin" "$stage"

@@ -113,7 +113,9 @@ func (a *Approver) Sync(ctx context.Context) ([]Decision, error) {
 // Run decides pending kubelet client requests as they come, until ctx
 // ends, calling report with each decision and onError with each error
 // (from one goroutine). It lists and then watches, lists again whenever
-// the watch ends, and retries a failed list or watch a second later.
+// the watch ends, and retries a failed list or watch a second later. A
+// request it ignores stays pending, so it is reported again on each list
+// and each change.
 func (a *Approver) Run(ctx context.Context, report func(Decision), onError func(error)) {
 	csrs := a.client.CertificatesV1().CertificateSigningRequests()
 	for ctx.Err() == nil {

@@ -57,6 +57,9 @@ type Cluster struct {
 	admin *rest.Config
 	dir   string
 	procs []*proc
+
+	kwokOnce sync.Once
+	kwokErr  error
 }
 
 // proc is a started binary and its log.
@@ -294,6 +297,50 @@ func start(dir string) (*Cluster, error) {
 	}
 	ok = true
 	return c, nil
+}
+
+// StartKwok starts kwok, which plays the kubelet of every Node: Nodes
+// become Ready, pods scheduled to them Running, and pods being deleted go
+// away, so that evictions and drains complete. Once per cluster; it stops
+// with the cluster.
+func (c *Cluster) StartKwok(t testing.TB) {
+	t.Helper()
+	c.kwokOnce.Do(func() { c.kwokErr = c.startKwok() })
+	check(t, c.kwokErr)
+}
+
+func (c *Cluster) startKwok() error {
+	kwok, err := bin("kwok")
+	if err != nil {
+		return err
+	}
+	stages, err := filepath.Glob(filepath.Join(BinDir(), "..", "stage", "*.yaml"))
+	if err != nil {
+		return err
+	}
+	args := []string{"--manage-all-nodes=true"}
+	for _, s := range stages {
+		if filepath.Base(s) != "kustomization.yaml" {
+			args = append(args, "--config="+s)
+		}
+	}
+	if len(args) == 1 {
+		return fmt.Errorf("kwok's stage files (%s) are %w: run scripts/kube-deps.sh (make deps does)", filepath.Join(BinDir(), "..", "stage"), errMissing)
+	}
+	p, err := loadPKI(c.dir)
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := p.kubeconfig(c.URL, "kubetest-kwok", "system:masters")
+	if err != nil {
+		return err
+	}
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	args = append(args, "--kubeconfig="+kubeconfig, "--server-address=127.0.0.1:"+ports[0], "--node-ip=127.0.0.1")
+	return c.run(c.dir, kwok, args...)
 }
 
 // userConfig returns a configuration with a new client certificate for
@@ -547,9 +594,10 @@ func (p *pki) clientConfig(url, user string, groups ...string) (*rest.Config, er
 	return &rest.Config{Host: url, TLSClientConfig: rest.TLSClientConfig{CAData: p.caPEM, CertData: certPEM, KeyData: keyPEM}}, nil
 }
 
-// kubeconfig writes a kubeconfig file for user and returns its path.
-func (p *pki) kubeconfig(url, user string) (string, error) {
-	cfg, err := p.clientConfig(url, user)
+// kubeconfig writes a kubeconfig file for user in groups and returns its
+// path.
+func (p *pki) kubeconfig(url, user string, groups ...string) (string, error) {
+	cfg, err := p.clientConfig(url, user, groups...)
 	if err != nil {
 		return "", err
 	}
