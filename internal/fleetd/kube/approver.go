@@ -173,11 +173,6 @@ func (a *Approver) Decide(ctx context.Context, csr *certificatesv1.CertificateSi
 		return d, true, nil
 	}
 	d.TokenID = id
-	requested, err := kubeletClientNode(csr)
-	if err != nil {
-		return a.deny(ctx, csr, d, ReasonBadRequest, err.Error())
-	}
-	d.Requested = requested
 	secret, err := a.client.CoreV1().Secrets(TokenNamespace).Get(ctx, tokenSecretPrefix+id, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && secret.Type != corev1.SecretTypeBootstrapToken) {
 		return a.deny(ctx, csr, d, ReasonUnknownToken, "no bootstrap token "+id+": spent, expired or never issued")
@@ -192,6 +187,11 @@ func (a *Approver) Decide(ctx context.Context, csr *certificatesv1.CertificateSi
 		return d, true, nil
 	}
 	d.Node = node
+	requested, err := kubeletClientNode(csr)
+	if err != nil {
+		return a.deny(ctx, csr, d, ReasonBadRequest, err.Error())
+	}
+	d.Requested = requested
 	if spentOn := secret.Annotations[ApprovedAnnotation]; spentOn != "" && spentOn != csr.Name {
 		return a.deny(ctx, csr, d, ReasonSpentToken, "bootstrap token "+id+" was spent on certificate request "+spentOn)
 	}
