@@ -24,6 +24,7 @@ import (
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -174,15 +175,19 @@ func (c *Cluster) CertConfig(certPEM, keyPEM []byte) *rest.Config {
 	return &rest.Config{Host: c.URL, TLSClientConfig: rest.TLSClientConfig{CAData: c.CAPEM, CertData: certPEM, KeyData: keyPEM}}
 }
 
-// ControllerManagerConfig returns the controller manager's own client
-// configuration (user system:kube-controller-manager).
-func (c *Cluster) ControllerManagerConfig(t testing.TB) *rest.Config {
-	t.Helper()
-	cfg, err := c.userConfig("system:kube-controller-manager")
+// ServiceAccountConfig returns a client configuration that authenticates
+// as the ServiceAccount namespace/name with a token the administrator
+// requests for it (the TokenRequest API). The account must exist.
+func (c *Cluster) ServiceAccountConfig(ctx context.Context, namespace, name string) (*rest.Config, error) {
+	admin, err := kubernetes.NewForConfig(c.AdminConfig())
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	return cfg
+	tr, err := admin.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("a token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	return c.BearerConfig(tr.Status.Token), nil
 }
 
 // Apply creates every object of a multi-document YAML manifest as the
@@ -272,7 +277,7 @@ func start(dir string) (*Cluster, error) {
 		"--tls-cert-file="+pki.serving, "--tls-private-key-file="+pki.servingKey,
 		"--client-ca-file="+pki.ca,
 		"--service-account-issuer=https://kubernetes.default.svc",
-		"--service-account-key-file="+pki.saKey, "--service-account-signing-key-file="+pki.saKey,
+		"--service-account-key-file="+pki.saPub, "--service-account-signing-key-file="+pki.saKey,
 		"--service-cluster-ip-range=10.96.0.0/16",
 		"--enable-bootstrap-token-auth", "--authorization-mode=Node,RBAC",
 		"--disable-admission-plugins=ServiceAccount"); err != nil {
@@ -292,11 +297,20 @@ func start(dir string) (*Cluster, error) {
 	}
 	if err := c.run(dir, kcm, "--kubeconfig="+kubeconfig, "--controllers=csrsigning",
 		"--cluster-signing-cert-file="+pki.ca, "--cluster-signing-key-file="+pki.caKey,
-		"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false"); err != nil {
+		"--leader-elect=false", "--secure-port=0",
+		// Each controller acts as its own ServiceAccount, as in a real
+		// cluster: csrsigning as kube-system/certificate-controller.
+		"--use-service-account-credentials=true"); err != nil {
 		return nil, err
 	}
 	ok = true
 	return c, nil
+}
+
+// LogTail returns the end of a binary's log (kube-apiserver,
+// kube-controller-manager, etcd, kwok), for a failing test to show.
+func (c *Cluster) LogTail(name string) string {
+	return tail(filepath.Join(c.dir, name+".log"))
 }
 
 // StartKwok starts kwok, which plays the kubelet of every Node: Nodes
@@ -467,17 +481,17 @@ func withDefaults(cfg *rest.Config) *rest.Config {
 
 // pki holds the paths of a cluster's keys and certificates.
 type pki struct {
-	dir, ca, caKey, serving, servingKey, saKey string
-	caPEM                                      []byte
-	caCert                                     *x509.Certificate
-	caSigner                                   *ecdsa.PrivateKey
+	dir, ca, caKey, serving, servingKey, saKey, saPub string
+	caPEM                                             []byte
+	caCert                                            *x509.Certificate
+	caSigner                                          *ecdsa.PrivateKey
 }
 
 func pkiPaths(dir string) *pki {
 	d := filepath.Join(dir, "pki")
 	return &pki{dir: d, ca: filepath.Join(d, "ca.crt"), caKey: filepath.Join(d, "ca.key"),
 		serving: filepath.Join(d, "apiserver.crt"), servingKey: filepath.Join(d, "apiserver.key"),
-		saKey: filepath.Join(d, "sa.key")}
+		saKey: filepath.Join(d, "sa.key"), saPub: filepath.Join(d, "sa.pub")}
 }
 
 // newPKI makes a CA, the API server's serving certificate and the service
@@ -522,6 +536,13 @@ func newPKI(dir string) (*pki, error) {
 	}
 	saKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
+		return nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&saKey.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p.saPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600); err != nil {
 		return nil, err
 	}
 	return p, os.WriteFile(p.saKey, keyPEMOf(saKey), 0o600)
