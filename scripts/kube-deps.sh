@@ -27,7 +27,12 @@ fi
 rm -rf "$bin.tmp" "$stage.tmp"
 mkdir -p "$bin.tmp" "$stage.tmp"
 echo "kube-deps: building kube-apiserver and kube-controller-manager $kube, etcd $etcd and kwok $kwok (about 10 CPU-minutes cold)" >&2
-(cd tools/kube && CGO_ENABLED=0 go build -mod=readonly -ldflags='-s -w' -o "$bin.tmp/" \
+# The version the binaries report (k8s.io/kubernetes sets it from git when it
+# builds itself; without it they say v0.0.0-master).
+minor=${kube#v1.}
+minor=${minor%%.*}
+version_flags="-X k8s.io/component-base/version.gitVersion=$kube -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+(cd tools/kube && CGO_ENABLED=0 go build -mod=readonly -ldflags="-s -w $version_flags" -o "$bin.tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager)
 (cd tools/etcd && CGO_ENABLED=0 go build -mod=readonly -ldflags='-s -w' -o "$bin.tmp/etcd" \
   go.etcd.io/etcd/server/v3)

@@ -357,16 +357,6 @@ func (c *Cluster) startKwok() error {
 	return c.run(c.dir, kwok, args...)
 }
 
-// userConfig returns a configuration with a new client certificate for
-// user, issued by the cluster's CA.
-func (c *Cluster) userConfig(user string, groups ...string) (*rest.Config, error) {
-	p, err := loadPKI(c.dir)
-	if err != nil {
-		return nil, err
-	}
-	return p.clientConfig(c.URL, user, groups...)
-}
-
 // run starts a binary with args, its output in a log file in dir.
 func (c *Cluster) run(dir, path string, args ...string) error {
 	name := filepath.Base(path)
