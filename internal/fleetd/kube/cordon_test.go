@@ -18,11 +18,13 @@ func TestCordon(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
 	nodes := e.admin.CoreV1().Nodes()
+	runID := newRunID()
+	worker, cp, cp2, ops := "cordon-worker-"+runID, "cordon-cp-"+runID, "cordon-cp2-"+runID, "cordon-ops-"+runID
 	for name, labels := range map[string]map[string]string{
-		"cordon-worker": nil,
-		"cordon-cp":     {"node-role.kubernetes.io/control-plane": ""},
-		"cordon-cp2":    nil,
-		"cordon-ops":    nil,
+		worker: nil,
+		cp:     {"node-role.kubernetes.io/control-plane": ""},
+		cp2:    nil,
+		ops:    nil,
 	} {
 		if _, err := nodes.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -38,37 +40,37 @@ func TestCordon(t *testing.T) {
 	}
 	k := kube.NewCordoner(e.fleetd, []string{"control-plane"})
 
-	if err := k.Cordon(ctx, actuator.Cordon{Action: "cordon", NodeID: "cordon-worker", Class: "worker", RequestID: "q1"}); err != nil {
+	if err := k.Cordon(ctx, actuator.Cordon{Action: "cordon", NodeID: worker, Class: "worker", RequestID: "q1"}); err != nil {
 		t.Fatal(err)
 	}
-	if !unschedulable("cordon-worker") {
+	if !unschedulable(worker) {
 		t.Fatal("the quarantined worker is schedulable")
 	}
-	if err := k.Cordon(ctx, actuator.Cordon{NodeID: "cordon-cp", Class: "worker"}); !errors.Is(err, kube.ErrControlPlane) {
+	if err := k.Cordon(ctx, actuator.Cordon{NodeID: cp, Class: "worker"}); !errors.Is(err, kube.ErrControlPlane) {
 		t.Fatalf("cordon of a Node labelled control-plane: %v, want ErrControlPlane", err)
 	}
-	if err := k.Cordon(ctx, actuator.Cordon{NodeID: "cordon-cp2", Class: "control-plane"}); !errors.Is(err, kube.ErrControlPlane) {
+	if err := k.Cordon(ctx, actuator.Cordon{NodeID: cp2, Class: "control-plane"}); !errors.Is(err, kube.ErrControlPlane) {
 		t.Fatalf("cordon of a control-plane class: %v, want ErrControlPlane", err)
 	}
-	if unschedulable("cordon-cp") || unschedulable("cordon-cp2") {
+	if unschedulable(cp) || unschedulable(cp2) {
 		t.Fatal("a control-plane machine was cordoned")
 	}
 
 	// An operator's cordon: a quarantine leaves it, release does not lift it.
-	if _, err := nodes.Patch(ctx, "cordon-ops", "application/merge-patch+json", []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
+	if _, err := nodes.Patch(ctx, ops, "application/merge-patch+json", []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.Cordon(ctx, actuator.Cordon{NodeID: "cordon-ops", Class: "worker"}); err != nil {
+	if err := k.Cordon(ctx, actuator.Cordon{NodeID: ops, Class: "worker"}); err != nil {
 		t.Fatal(err)
 	}
-	if did, err := k.Uncordon(ctx, "cordon-ops"); err != nil || did || !unschedulable("cordon-ops") {
+	if did, err := k.Uncordon(ctx, ops); err != nil || did || !unschedulable(ops) {
 		t.Fatalf("release of a Node an operator cordoned: uncordoned %v, %v; want left cordoned", did, err)
 	}
 
-	if did, err := k.Uncordon(ctx, "cordon-worker"); err != nil || !did {
+	if did, err := k.Uncordon(ctx, worker); err != nil || !did {
 		t.Fatalf("release: uncordoned %v, %v; want uncordoned", did, err)
 	}
-	if unschedulable("cordon-worker") {
+	if unschedulable(worker) {
 		t.Fatal("the released worker is still cordoned")
 	}
 	if did, err := k.Uncordon(ctx, "no-such-node"); err != nil || did {

@@ -30,6 +30,19 @@ import (
 
 func TestMain(m *testing.M) { kubetest.Main(m) }
 
+// newRunID returns 5 random characters that make the names of the objects
+// a test creates in the shared cluster unique to this run of it, so that
+// -count=N works.
+func newRunID() string {
+	b := make([]byte, 5)
+	for i := range b {
+		var c [1]byte
+		_, _ = rand.Read(c[:])
+		b[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[int(c[0])%36]
+	}
+	return string(b)
+}
+
 // waitTimeout bounds each wait for the cluster to act (a signature, a
 // policy taking effect): well above what it takes here.
 const waitTimeout = time.Minute
@@ -136,13 +149,23 @@ func kubeletCSR(t *testing.T, e env, bearer, node string) (*certificatesv1.Certi
 	return csr, key, err
 }
 
+// mustCSR is kubeletCSR with a token that must be accepted. The API server
+// reads bootstrap tokens from a cache of Secrets, which learns of a new one
+// a moment after it is created, with no signal to wait for: an
+// Unauthorized answer is retried, within waitTimeout.
 func mustCSR(t *testing.T, e env, bearer, node string) (*certificatesv1.CertificateSigningRequest, *ecdsa.PrivateKey) {
 	t.Helper()
-	csr, key, err := kubeletCSR(t, e, bearer, node)
-	if err != nil {
-		t.Fatalf("create a kubelet certificate request for %s with a bootstrap token: %v", node, err)
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		csr, key, err := kubeletCSR(t, e, bearer, node)
+		if err == nil {
+			return csr, key
+		}
+		if !apierrors.IsUnauthorized(err) || time.Now().After(deadline) {
+			t.Fatalf("create a kubelet certificate request for %s with a bootstrap token: %v", node, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
-	return csr, key
 }
 
 // decisionFor runs the approver once and returns its decision about csr.
@@ -348,18 +371,19 @@ func TestOnlyFleetdMayApproveBootstrapRequests(t *testing.T) {
 func TestForeignTokenIsLeftPending(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
+	id := "f" + newRunID()
 	_, err := e.admin.CoreV1().Secrets(kube.TokenNamespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-frgn01", Namespace: kube.TokenNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: kube.TokenNamespace},
 		Type:       corev1.SecretTypeBootstrapToken,
 		StringData: map[string]string{
-			"token-id": "frgn01", "token-secret": "0123456789abcdef", "usage-bootstrap-authentication": "true",
+			"token-id": id, "token-secret": "0123456789abcdef", "usage-bootstrap-authentication": "true",
 			"auth-extra-groups": kube.BootstrapGroup,
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	csr, _ := mustCSR(t, e, "frgn01.0123456789abcdef", "node-f")
+	csr, _ := mustCSR(t, e, id+".0123456789abcdef", "node-f")
 	d := decisionFor(t, kube.NewApprover(e.fleetd), csr.Name)
 	if d.Outcome != kube.Ignored || d.Reason != kube.ReasonForeignToken {
 		t.Fatalf("a foreign token's request: %+v, want ignored as foreign_token", d)
@@ -367,7 +391,7 @@ func TestForeignTokenIsLeftPending(t *testing.T) {
 	if approved, denied, _ := conditions(t, e, csr.Name); approved || denied {
 		t.Fatalf("a foreign token's request: approved %v, denied %v; want pending", approved, denied)
 	}
-	if !tokenExists(t, e, "frgn01") {
+	if !tokenExists(t, e, id) {
 		t.Fatal("the foreign token was deleted")
 	}
 }
@@ -412,27 +436,28 @@ func TestRunDecidesAsRequestsCome(t *testing.T) {
 func TestFleetdWritesOnlyItsTokens(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
+	runID := newRunID()
 	_, err := e.fleetd.CoreV1().Secrets(kube.TokenNamespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "not-a-token", Namespace: kube.TokenNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: "not-a-token-" + runID, Namespace: kube.TokenNamespace},
 		StringData: map[string]string{"k": "v"},
 	}, metav1.CreateOptions{})
 	if err == nil || !strings.Contains(err.Error(), "fleetd writes only the bootstrap tokens") {
 		t.Fatalf("fleetd creating an Opaque Secret in kube-system: %v, want refused by the policy", err)
 	}
 	if _, err := e.admin.CoreV1().Secrets(kube.TokenNamespace).Create(ctx, &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "someone-elses", Namespace: kube.TokenNamespace},
+		ObjectMeta: metav1.ObjectMeta{Name: "someone-elses-" + runID, Namespace: kube.TokenNamespace},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err = e.fleetd.CoreV1().Secrets(kube.TokenNamespace).Delete(ctx, "someone-elses", metav1.DeleteOptions{})
+	err = e.fleetd.CoreV1().Secrets(kube.TokenNamespace).Delete(ctx, "someone-elses-"+runID, metav1.DeleteOptions{})
 	if err == nil || !strings.Contains(err.Error(), "fleetd changes or deletes only") {
 		t.Fatalf("fleetd deleting another Secret in kube-system: %v, want refused by the policy", err)
 	}
 	// Its own tokens it issues and deletes.
-	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-x", time.Hour, time.Now()); err != nil {
+	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-x-"+runID, time.Hour, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := kube.DeleteBootstrapTokens(ctx, e.fleetd, "node-x"); err != nil || n != 1 {
+	if n, err := kube.DeleteBootstrapTokens(ctx, e.fleetd, "node-x-"+runID); err != nil || n != 1 {
 		t.Fatalf("DeleteBootstrapTokens(node-x) = %d, %v; want 1 deleted", n, err)
 	}
 }
