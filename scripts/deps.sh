@@ -53,3 +53,8 @@ go mod download github.com/netbox-community/go-netbox/v4@v4.3.0
 # built once from the Go module proxy into .deps/spire/<version>/bin
 # (about 9 minutes cold; later runs reuse them).
 ./scripts/spire-deps.sh >/dev/null
+
+# etcd, kube-apiserver, kube-controller-manager and kwok for the Kubernetes
+# tests (internal/fleetd/kube), built once from the Go module proxy into
+# .deps/kube/<versions>/bin (about 10 CPU-minutes cold; later runs reuse them).
+./scripts/kube-deps.sh >/dev/null

@@ -1,0 +1,157 @@
+package kube
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+)
+
+const (
+	// TokenNamespace is where the API server looks up bootstrap tokens.
+	TokenNamespace = "kube-system"
+	// NodeLabel labels a bootstrap token's Secret with the name of the one
+	// node it may join as.
+	NodeLabel = "nodetrust.io/node"
+	// ApprovedAnnotation on a token's Secret names the certificate request
+	// the token was spent on, set before the approval so that a token is
+	// spent once even with several approvers.
+	ApprovedAnnotation = "nodetrust.io/approved-csr"
+	// BootstrapGroup is the extra group of every token fleetd issues; the
+	// manifests in deploy/kubernetes let it create certificate requests
+	// and nothing else.
+	BootstrapGroup = "system:bootstrappers:nodetrust:nodes"
+
+	// The bootstrap token format (Kubernetes' cluster-bootstrap): a Secret
+	// "bootstrap-token-<id>" of type bootstrap.kubernetes.io/token.
+	tokenSecretPrefix = "bootstrap-token-"
+	tokenIDLen        = 6
+	tokenSecretLen    = 16
+	tokenAlphabet     = "abcdefghijklmnopqrstuvwxyz0123456789"
+)
+
+// BootstrapToken is a node's own bootstrap token. Its String never shows
+// the secret; [BootstrapToken.Bearer] is the only way to it.
+type BootstrapToken struct {
+	// ID is the public part, in the Secret's name and in the username
+	// (system:bootstrap:<id>) the API server gives whoever presents it.
+	ID string
+	// Node is the one node the token may join as.
+	Node string
+	// Expires is when the API server stops accepting it.
+	Expires time.Time
+
+	secret string
+}
+
+// Bearer returns the token as a kubelet presents it, "<id>.<secret>": for
+// the worker's rendered config only, never a log.
+func (t BootstrapToken) Bearer() string { return t.ID + "." + t.secret }
+
+// String names the token without its secret.
+func (t BootstrapToken) String() string {
+	return fmt.Sprintf("bootstrap token %s for node %s", t.ID, t.Node)
+}
+
+// GoString is String, so that %#v does not print the secret either.
+func (t BootstrapToken) GoString() string { return t.String() }
+
+// IssueBootstrapToken creates a bootstrap token of node's own in the
+// cluster: a random id and secret, valid for authentication only, until
+// now+ttl, in group [BootstrapGroup], its Secret labelled with the node's
+// name. The node name must be a valid Kubernetes label value (a DNS label
+// of at most 63 characters, as node names from hostnames are).
+func IssueBootstrapToken(ctx context.Context, client kubernetes.Interface, node string, ttl time.Duration, now time.Time) (BootstrapToken, error) {
+	if errs := validation.IsDNS1123Label(node); len(errs) > 0 {
+		return BootstrapToken{}, fmt.Errorf("node name %q cannot label a bootstrap token: %s", node, errs[0])
+	}
+	if ttl <= 0 {
+		return BootstrapToken{}, fmt.Errorf("bootstrap token lifetime %s: give a positive duration", ttl)
+	}
+	for range 3 {
+		id, err := randomString(tokenIDLen)
+		if err != nil {
+			return BootstrapToken{}, err
+		}
+		secret, err := randomString(tokenSecretLen)
+		if err != nil {
+			return BootstrapToken{}, err
+		}
+		t := BootstrapToken{ID: id, Node: node, Expires: now.Add(ttl).UTC().Truncate(time.Second), secret: secret}
+		s := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: tokenSecretPrefix + id, Namespace: TokenNamespace,
+				Labels: map[string]string{NodeLabel: node},
+			},
+			Type: corev1.SecretTypeBootstrapToken,
+			StringData: map[string]string{
+				"description":                    "nodetrust: the bootstrap token of node " + node + " alone",
+				"token-id":                       id,
+				"token-secret":                   secret,
+				"expiration":                     t.Expires.Format(time.RFC3339),
+				"usage-bootstrap-authentication": "true",
+				"auth-extra-groups":              BootstrapGroup,
+			},
+		}
+		_, err = client.CoreV1().Secrets(TokenNamespace).Create(ctx, s, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			continue // an id drawn twice: draw again
+		}
+		if err != nil {
+			return BootstrapToken{}, fmt.Errorf("create the bootstrap token of node %s: %w", node, err)
+		}
+		return t, nil
+	}
+	return BootstrapToken{}, errors.New("create a bootstrap token: three random ids were all taken")
+}
+
+// DeleteBootstrapTokens deletes every bootstrap token fleetd issued for
+// node, and returns how many it deleted.
+func DeleteBootstrapTokens(ctx context.Context, client kubernetes.Interface, node string) (int, error) {
+	secrets := client.CoreV1().Secrets(TokenNamespace)
+	list, err := secrets.List(ctx, metav1.ListOptions{
+		LabelSelector: NodeLabel + "=" + node,
+		FieldSelector: "type=" + string(corev1.SecretTypeBootstrapToken),
+	})
+	if err != nil {
+		return 0, fmt.Errorf("list the bootstrap tokens of node %s: %w", node, err)
+	}
+	n := 0
+	for _, s := range list.Items {
+		err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("delete bootstrap token %s of node %s: %w", s.Name, node, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// randomString returns n characters drawn uniformly from tokenAlphabet.
+func randomString(n int) (string, error) {
+	b := make([]byte, n)
+	for i := range b {
+		// 252 is the largest multiple of 36 below 256: reject above it.
+		for {
+			var c [1]byte
+			if _, err := rand.Read(c[:]); err != nil {
+				return "", fmt.Errorf("random bootstrap token: %w", err)
+			}
+			if c[0] < 252 {
+				b[i] = tokenAlphabet[int(c[0])%len(tokenAlphabet)]
+				break
+			}
+		}
+	}
+	return string(b), nil
+}
