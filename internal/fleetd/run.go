@@ -188,7 +188,7 @@ func Run(ctx context.Context, o Options) error {
 
 	// The config release (docs/install.md): GET /v1/config/{uuid} on the
 	// HTTPS listener, and the sweep that activates released nodes.
-	releaser, err := install.New(install.Config{Store: st, Logger: log, Registry: srv.MetricsRegistry(),
+	releaser, err := install.New(install.Config{Store: st, Logger: log, Registry: srv.MetricsRegistry(), TTL: cfg.Install.ConfigTTL.Duration,
 		Activator: install.LifecycleActivator{Manager: srv.Lifecycle()}})
 	if err != nil {
 		return err
@@ -202,7 +202,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 		srv.SetInstall(service.InstallSettings{Releaser: releaser, Renderers: renders, Fleetd: fl,
 			ReportMaxAge: cfg.Install.ReportMaxAge.Duration, ReportMaxSkew: cfg.Install.ReportMaxSkew.Duration,
-			CredentialLifetime: cfg.Install.CredentialLifetime.Duration})
+			CredentialLifetime: cfg.Install.CredentialLifetime.Duration, ControlPlaneRoles: controlPlaneRoles(cfg.Render)})
 	}
 
 	ln := o.Listener
@@ -521,4 +521,19 @@ func openBootPolicy(cfg *config.Fleetd, dataDir string, log *slog.Logger) (bootW
 	w.policies, w.log = ps, vl
 	log.Info("boot policy loaded", "dir", dir, "classes", strings.Join(ps.Classes(), ","), "verdict_log", vl.Path())
 	return w, nil
+}
+
+// controlPlaneRoles are the declared roles any [render.CLASS] renders as a
+// control plane (its control_plane_roles, by default "control-plane"), for
+// admission: a declaration with one of them is never auto-provisioned.
+func controlPlaneRoles(renders map[string]config.Render) []string {
+	roles := []string{"control-plane"}
+	for _, r := range renders {
+		for _, role := range r.ControlPlaneRoles {
+			if !slices.Contains(roles, role) {
+				roles = append(roles, role)
+			}
+		}
+	}
+	return roles
 }

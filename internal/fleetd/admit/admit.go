@@ -160,6 +160,28 @@ type Admitter struct {
 	// AutoProvision lets a planned worker's first install start its
 	// provision; never a control plane's or another class's.
 	AutoProvision bool
+	// ControlPlaneClasses and ControlPlaneRoles name the declarations
+	// that install as control planes, by class or by declared role
+	// (the renderers pick a control-plane config by role). Both default
+	// to {"control-plane"}; the class control-plane always counts. A
+	// declaration matched by either never installs without the owner's
+	// explicit provision, whatever its class says.
+	ControlPlaneClasses []string
+	ControlPlaneRoles   []string
+}
+
+// controlPlane says whether d installs as a control plane: by its class
+// or by its declared role, so that a worker-class declaration whose role
+// renders a control-plane config is not auto-provisioned as a worker.
+func (a *Admitter) controlPlane(d store.Declaration) bool {
+	classes, roles := a.ControlPlaneClasses, a.ControlPlaneRoles
+	if classes == nil {
+		classes = []string{lifecycle.ClassControlPlane}
+	}
+	if roles == nil {
+		roles = []string{lifecycle.ClassControlPlane}
+	}
+	return d.Class == lifecycle.ClassControlPlane || slices.Contains(classes, d.Class) || (d.Role != "" && slices.Contains(roles, d.Role))
 }
 
 // Request is what the service verified of a request for installation.
@@ -254,7 +276,7 @@ func (a *Admitter) Decide(ctx context.Context, r Request) (Decision, error) {
 	}
 
 	out := Decision{Decl: d, From: state, Report: rep}
-	isCP := d.Class == lifecycle.ClassControlPlane
+	isCP := a.controlPlane(d)
 	if state == store.StateProvisioning {
 		hist, err := a.Nodes.NodeHistory(ctx, name)
 		if err != nil {

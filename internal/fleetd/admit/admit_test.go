@@ -52,6 +52,12 @@ func complete(name, class string) store.Declaration {
 		SwitchChassis: "sw-01", SwitchPort: "ge-0/0/1", EKPins: []string{ekA}, EKSource: inventory.SourceReceivingScan, EKReference: "scan #1", InstallDisk: "/dev/nvme0n1"}
 }
 
+// withRole is d with its declared role set to role.
+func withRole(d store.Declaration, role string) store.Declaration {
+	d.Role = role
+	return d
+}
+
 // report is what the machine on sw-01 ge-0/0/1 sees, observed at.
 func report(at time.Time) netreport.Report {
 	return netreport.Report{Neighbor: netreport.Neighbor{Interface: "eth0", ChassisName: "SW-01", ChassisIDType: "mac", ChassisID: "6a:d7:ab:dc:5d:e9",
@@ -137,6 +143,7 @@ func TestDecide(t *testing.T) {
 		{name: "install environment never auto-provisioned", setup: declared(complete("web-01", lifecycle.ClassInstallEnvironment)), auto: true, want: RuleProvision},
 		{name: "control plane planned, auto on", setup: declared(complete("web-01", lifecycle.ClassControlPlane)), auto: true, want: RuleControlPlane},
 		{name: "control plane auto-provisioned", setup: provisionedBy(complete("web-01", lifecycle.ClassControlPlane), AutoActor), auto: true, want: RuleControlPlane},
+		{name: "worker class declared with a control-plane role, auto on", setup: declared(withRole(complete("web-01", lifecycle.ClassWorker), lifecycle.ClassControlPlane)), auto: true, want: RuleControlPlane},
 		{name: "control plane explicit provision", setup: provisionedBy(complete("web-01", lifecycle.ClassControlPlane), "admin:owner")},
 		{name: "worker unfinished provision", setup: provisionedBy(complete("web-01", lifecycle.ClassWorker), AutoActor)},
 		{name: "worker explicit provision", setup: provisionedBy(complete("web-01", lifecycle.ClassWorker), "admin:owner")},

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/admit"
-	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
 	"github.com/nodetrust/nodetrust/internal/fleetd/install"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/render"
@@ -38,6 +37,13 @@ const (
 	// RuleRender: the machine's config could not be rendered; no code was
 	// issued.
 	RuleRender admit.Rule = "render"
+	// RuleReleased: this machine's config was already fetched with its
+	// install code; a second install would replace that release and lose
+	// its pending activation.
+	RuleReleased admit.Rule = "released"
+	// RuleNotConfigured: this fleetd has no [render.CLASS], so it installs
+	// nothing.
+	RuleNotConfigured admit.Rule = "not-configured"
 )
 
 // Defaults of InstallSettings.
@@ -82,6 +88,10 @@ type InstallSettings struct {
 	// CredentialLifetime is how long the join credential a render
 	// carries is accepted (DefaultCredentialLifetime when zero).
 	CredentialLifetime time.Duration
+	// ControlPlaneRoles are the declared roles any renderer renders as a
+	// control plane (default {"control-plane"}): admission treats them
+	// as control planes, never auto-provisioned.
+	ControlPlaneRoles []string
 }
 
 // installState holds the settings SetInstall gave.
@@ -152,7 +162,7 @@ func (j *joinService) install(ctx context.Context, req *joinv1.InstallRequest, r
 	s := j.s
 	set := s.install.p.Load()
 	if set == nil || set.Releaser == nil || set.Renderers == nil {
-		return nil, installRefusal(RuleRender, "", "this control plane does not install machines: its operator configures [render.CLASS] in fleetd.toml",
+		return nil, installRefusal(RuleNotConfigured, "", "this control plane does not install machines: its operator configures [render.CLASS] in fleetd.toml",
 			"the Install RPC is not wired (no releaser or renderers)")
 	}
 	if len(req.SessionId) == 0 || len(req.SessionId) > confirm.MaxSessionID {
@@ -206,7 +216,8 @@ func (j *joinService) install(ctx context.Context, req *joinv1.InstallRequest, r
 			"the confirmation was signed at %s, now %s (at most %s old, %s ahead)", c.At.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339), confirmMaxAge, skew)
 	}
 
-	ad := admit.Admitter{Source: s.cfg.Inventory, Nodes: s.cfg.Store, MaxReportAge: set.ReportMaxAge, MaxSkew: set.ReportMaxSkew, AutoProvision: s.cfg.AutoProvision}
+	ad := admit.Admitter{Source: s.cfg.Inventory, Nodes: s.cfg.Store, MaxReportAge: set.ReportMaxAge, MaxSkew: set.ReportMaxSkew, AutoProvision: s.cfg.AutoProvision,
+		ControlPlaneClasses: s.cfg.ControlPlaneClasses, ControlPlaneRoles: set.ControlPlaneRoles}
 	dec, err := ad.Decide(ctx, admit.Request{Device: name, EKPin: sess.EKPin, DeviceKey: devKey, Report: rep, Now: now})
 	if err != nil {
 		return nil, err
@@ -215,6 +226,16 @@ func (j *joinService) install(ctx context.Context, req *joinv1.InstallRequest, r
 	if d.ProductUUID == "" {
 		return nil, &admit.Refusal{Rule: admit.RuleComplete, Field: "product_uuid", Device: name, Reason: "the declaration has no product UUID, by which the config is fetched",
 			Do: "the declaration of this machine lacks product_uuid: complete it in the inventory and apply it"}
+	}
+	if uuid, err := install.NormalizeUUID(d.ProductUUID); err == nil {
+		prev, err := s.cfg.Store.GetConfigRelease(ctx, uuid)
+		switch {
+		case err == nil && prev.State == store.ReleaseBurned:
+			return nil, installRefusal(RuleReleased, name, "this machine's config was already released: it installs once; if that install failed, its owner retires it and declares it again",
+				"the config of %s (generation %d) was released at %s; activation %q", uuid, prev.Generation, prev.BurnedAt.UTC().Format(time.RFC3339), prev.Activation)
+		case err != nil && !errors.Is(err, store.ErrNotFound):
+			return nil, fmt.Errorf("read the config release of %s: %w", name, err)
+		}
 	}
 	if p := dec.Provision; p != nil {
 		if _, err := s.lifecycle.Do(ctx, lifecycle.Provision, p.NodeID, p.Actor, p.Reason, reqID); err != nil {
@@ -244,10 +265,7 @@ func (j *joinService) install(ctx context.Context, req *joinv1.InstallRequest, r
 	if err != nil {
 		return nil, fmt.Errorf("issue the install code of %s: %w", name, err)
 	}
-	verdict, err := s.intakeVerdict(ctx, sess)
-	if err != nil {
-		return nil, err
-	}
+	verdict := intakeVerdict(sess)
 	detail := fmt.Sprintf("session %s, EK %s, AK %s; %s; report chassis %q port %q; join token %s until %s; release generation %d until %s; boot verdict %s",
 		sess.ID, sess.EKPin, hex.EncodeToString(sess.AKName), dec.Authority, dec.Report.ChassisID, dec.Report.PortID, tokenID,
 		expires.UTC().Format(time.RFC3339), iss.Generation, iss.ExpiresAt.UTC().Format(time.RFC3339), verdict)
@@ -307,26 +325,12 @@ func (s *Server) checkLDevID(chain [][]byte, sess store.IntakeSession) (crypto.P
 	return leaf.PublicKey, nil
 }
 
-// intakeVerdict is the verdict of the session's intake boot: "none"
-// without a boot policy; else "pass" or "fail" by the latest intake-stage
-// verdict of the device stored no later than the session, "none" when
-// there is none.
-func (s *Server) intakeVerdict(ctx context.Context, sess store.IntakeSession) (string, error) {
-	if s.cfg.BootPolicy == nil {
-		return "none", nil
+// intakeVerdict is the verdict on the boot the session's intake quoted,
+// kept with the session ("none" without a boot policy): the node writes
+// its pass marker only on "pass", and only in that same boot.
+func intakeVerdict(sess store.IntakeSession) string {
+	if sess.BootVerdict == "" {
+		return store.IntakeBootNone
 	}
-	vs, err := s.cfg.Store.ListVerdicts(ctx, sess.Device, 32)
-	if err != nil {
-		return "", fmt.Errorf("read the boot verdicts of %s: %w", sess.Device, err)
-	}
-	for _, v := range vs {
-		if v.Stage != string(bootpolicy.Intake) || v.Time.After(sess.CreatedAt) {
-			continue
-		}
-		if v.Passed {
-			return "pass", nil
-		}
-		return "fail", nil
-	}
-	return "none", nil
+	return sess.BootVerdict
 }
