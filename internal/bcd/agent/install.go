@@ -62,9 +62,11 @@ type InstallResult struct {
 	ExpiresAt   time.Time
 	CodeFile    string
 	// BootVerdict is fleetd's verdict of the intake's boot; PassMarker
-	// the marker written, empty when the verdict was not a pass.
+	// the marker written, empty when the verdict was not a pass or the
+	// machine has rebooted since the intake (Rebooted).
 	BootVerdict string
 	PassMarker  string
+	Rebooted    bool
 }
 
 // Install asks for this machine's installation (docs/install.md,
@@ -183,6 +185,11 @@ func Install(ctx context.Context, c InstallConfig) (*InstallResult, error) {
 	boot, err := passmarker.BootID(c.BootIDFile)
 	if err != nil {
 		return nil, err
+	}
+	if sess.BootID != boot {
+		// fleetd judged another boot: this one was never quoted.
+		res.Rebooted = true
+		return res, nil
 	}
 	m := passmarker.Marker{UUID: resp.ProductUuid, BootID: boot, Time: now().UTC()}
 	if err := passmarker.Write(c.PassMarker, m); err != nil {

@@ -80,9 +80,14 @@ func TestSimInstallUnwrapsTheCodeAndWritesThePassMarkerOnlyOnAPass(t *testing.T)
 	cp := startControlPlane(t)
 	const uuid = "00000000-0000-4000-8000-0000000000ce"
 	declareBound(t, cp, "web-03", uuid, ekPin)
+	run := t.TempDir()
+	bootID := filepath.Join(run, "boot_id")
+	if err := os.WriteFile(bootID, []byte("0f8e2a51-6a43-4cfc-9a7c-52c2c4a3a1b9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	dir := t.TempDir()
 	if _, err := agent.Intake(t.Context(), agent.IntakeConfig{Servers: []string{cp.addr}, ServerName: "localhost", Pins: cp.pins, DataDir: dir,
-		TPM: agent.Direct(tp), Claims: hwclaims.Claims{ProductUUID: uuid, Hostname: "hookos"}}); err != nil {
+		TPM: agent.Direct(tp), BootIDFile: bootID, Claims: hwclaims.Claims{ProductUUID: uuid, Hostname: "hookos"}}); err != nil {
 		t.Fatalf("intake: %v", err)
 	}
 
@@ -100,11 +105,6 @@ func TestSimInstallUnwrapsTheCodeAndWritesThePassMarkerOnlyOnAPass(t *testing.T)
 	go gs.Serve(ln)
 	t.Cleanup(gs.Stop)
 
-	run := t.TempDir()
-	bootID := filepath.Join(run, "boot_id")
-	if err := os.WriteFile(bootID, []byte("0f8e2a51-6a43-4cfc-9a7c-52c2c4a3a1b9\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	report := netreport.Report{Neighbor: netreport.Neighbor{Interface: "eth0", ChassisID: "sw-01", PortID: "Gi1/0/17"}, ObservedAt: time.Now()}
 	for _, verdict := range []string{"fail", "none", "pass"} {
 		t.Run(verdict, func(t *testing.T) {
@@ -136,4 +136,18 @@ func TestSimInstallUnwrapsTheCodeAndWritesThePassMarkerOnlyOnAPass(t *testing.T)
 		})
 	}
 
+	// After a reboot, fleetd's pass is on a boot that is gone: no marker.
+	if err := os.WriteFile(bootID, []byte("6b1d3c77-0000-4000-8000-00000000b007\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	vs.verdict.Store("pass")
+	ic := agent.InstallConfig{Servers: []string{ln.Addr().String()}, ServerName: "localhost", Pins: cp.pins, DataDir: dir, TPM: agent.Direct(tp),
+		Report: report, CodeFile: filepath.Join(run, "rebooted", "install-code"), PassMarker: filepath.Join(run, "rebooted", "boot-pass"), BootIDFile: bootID}
+	res, err := agent.Install(t.Context(), ic)
+	if err != nil {
+		t.Fatalf("install after a reboot: %v", err)
+	}
+	if _, err := os.Stat(ic.PassMarker); !os.IsNotExist(err) || res.PassMarker != "" || !res.Rebooted {
+		t.Fatalf("a pass on the intake's boot wrote a marker in another boot: %v, %+v", err, res)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/atomicfile"
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/hwclaims"
+	"github.com/nodetrust/nodetrust/internal/bcd/passmarker"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/tpm"
@@ -57,6 +58,9 @@ type IntakeConfig struct {
 	DataDir    string
 	// TPM is the machine's TPM: the device key and the AK are made in it.
 	TPM TPM
+	// BootIDFile is where the kernel's boot id is read
+	// (passmarker.DefaultBootIDPath when empty).
+	BootIDFile string
 	// EventLog is the boot's measurement log sent with the quote, nil for
 	// a TPM without one.
 	EventLog []byte
@@ -70,6 +74,10 @@ type IntakeSession struct {
 	ID       string    `json:"id"`
 	Device   string    `json:"device"`
 	NotAfter time.Time `json:"not_after"`
+	// BootID is the kernel's boot id when the intake quoted the boot:
+	// fleetd's verdict is on that boot only, so bcd install writes a pass
+	// marker only while the machine is still in it.
+	BootID string `json:"boot_id"`
 }
 
 // IntakeResult is what Intake got and stored.
@@ -161,8 +169,12 @@ func Intake(ctx context.Context, c IntakeConfig) (*IntakeResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	boot, err := passmarker.BootID(c.BootIDFile)
+	if err != nil {
+		return nil, err
+	}
 	res := &IntakeResult{
-		Session: IntakeSession{ID: issued.SessionId, Device: issued.Device, NotAfter: time.Unix(0, issued.SessionNotAfterUnixNano).UTC()},
+		Session: IntakeSession{ID: issued.SessionId, Device: issued.Device, NotAfter: time.Unix(0, issued.SessionNotAfterUnixNano).UTC(), BootID: boot},
 		LDevID:  ldevid, LAK: lak, Dir: IntakeDir(c.DataDir),
 	}
 	if err := storeIntake(res, keyRec, tj.ak.Record()); err != nil {

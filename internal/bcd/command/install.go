@@ -78,9 +78,12 @@ config.toml).`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "install admitted as %s; install code in %s (fetch the config of %s before %s)\n",
 				res.Device, res.CodeFile, res.ProductUUID, res.ExpiresAt.Format(time.RFC3339))
-			if res.PassMarker != "" {
+			switch {
+			case res.PassMarker != "":
 				fmt.Fprintf(out, "boot pass marker in %s\n", res.PassMarker)
-			} else {
+			case res.Rebooted:
+				fmt.Fprintf(out, "no boot pass marker: the machine has rebooted since its intake, and fleetd judged only that boot; run bcd intake and bcd install again in this boot, or the provision script will not wipe the disk\n")
+			default:
 				fmt.Fprintf(out, "no boot pass marker: fleetd's verdict of the intake's boot is %q, not a pass; the provision script will not wipe the disk\n", res.BootVerdict)
 			}
 			return nil

@@ -223,8 +223,9 @@ func (j *joinService) intakeProven(ctx context.Context, req *joinv1.IntakeReques
 	case err != nil:
 		return nil, err
 	}
+	bootVerdict := store.IntakeBootNone
 	if s.cfg.BootPolicy != nil {
-		if err := j.intakeBootCheck(ctx, ch, decl.Name, req.Answer); err != nil {
+		if bootVerdict, err = j.intakeBootCheck(ctx, ch, decl.Name, req.Answer); err != nil {
 			return nil, err
 		}
 	}
@@ -259,7 +260,7 @@ func (j *joinService) intakeProven(ctx context.Context, req *joinv1.IntakeReques
 		ID: randomHex(16), Device: decl.Name, EKPin: ch.ekPin, EKPublic: ch.ev.EkPublic,
 		AKName: ch.akName, AKPublic: ch.ev.AkPublic,
 		LDevIDSerial: ldevid.SerialNumber.String(), LAKSerial: lak.SerialNumber.String(),
-		CreatedAt: now, ExpiresAt: notAfter,
+		CreatedAt: now, ExpiresAt: notAfter, BootVerdict: bootVerdict,
 	}
 	if err := s.cfg.Store.PutIntakeSession(ctx, sess, now, maxIntakeSessions); err != nil {
 		return nil, fmt.Errorf("store the intake session of %s: %w", decl.Name, err)
@@ -297,7 +298,10 @@ func (j *joinService) intakeProven(ctx context.Context, req *joinv1.IntakeReques
 // class (Config.IntakeClass) at the intake stage and stores the verdict
 // under the device's name. A failed verdict of an enforced policy refuses
 // the intake; of a policy that only alerts, it is audited as an alert.
-func (j *joinService) intakeBootCheck(ctx context.Context, ch *challenge, device string, a *joinv1.ChallengeAnswer) error {
+// The verdict (store.IntakeBootPass or IntakeBootFail) is kept with the
+// session: it is the boot this session proved, and the only one a later
+// pass marker may stand for.
+func (j *joinService) intakeBootCheck(ctx context.Context, ch *challenge, device string, a *joinv1.ChallengeAnswer) (string, error) {
 	s := j.s
 	class := s.cfg.IntakeClass
 	pcrs := make(map[int][]byte, len(a.Pcrs))
@@ -313,17 +317,17 @@ func (j *joinService) intakeBootCheck(ctx context.Context, ch *challenge, device
 	var ne *notEvidence
 	switch {
 	case errors.As(err, &ne):
-		return provenRefusal(reasonBootPolicy, device, "the install environment's boot of %s (class %s) was not judged: %v", device, class, err)
+		return "", provenRefusal(reasonBootPolicy, device, "the install environment's boot of %s (class %s) was not judged: %v", device, class, err)
 	case err != nil:
-		return err
+		return "", err
 	case v.Pass():
-		return nil
+		return store.IntakeBootPass, nil
 	}
 	if p, err := s.cfg.BootPolicy.Policy(class); err == nil && !p.Enforced() {
 		s.auditAlert(ctx, device, class, v)
-		return nil
+		return store.IntakeBootFail, nil
 	}
-	return provenRefusal(reasonBootPolicy, device, "the boot of %s fails the %s boot policy at intake: %s", device, class, failedSummary(v))
+	return "", provenRefusal(reasonBootPolicy, device, "the boot of %s fails the %s boot policy at intake: %s", device, class, failedSummary(v))
 }
 
 // IntakeSession returns the intake session id for a step that follows

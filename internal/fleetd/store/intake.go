@@ -23,4 +23,15 @@ type IntakeSession struct {
 	CreatedAt    time.Time
 	// ExpiresAt ends the session: a later step refuses it from then on.
 	ExpiresAt time.Time
+	// BootVerdict is the verdict on the boot this session quoted:
+	// IntakeBootPass, IntakeBootFail (a policy in audit mode) or
+	// IntakeBootNone (no boot policy configured).
+	BootVerdict string
 }
+
+// The verdicts an intake session keeps on the boot it quoted.
+const (
+	IntakeBootPass = "pass"
+	IntakeBootFail = "fail"
+	IntakeBootNone = "none"
+)

@@ -15,7 +15,7 @@ import (
 // bytes of "ntintake").
 const intakeLock = 0x6e74696e74616b65
 
-const intakeColumns = `id, device, ek_pin, ek_public, ak_name, ak_public, ldevid_serial, lak_serial, created_at, expires_at`
+const intakeColumns = `id, device, ek_pin, ek_public, ak_name, ak_public, ldevid_serial, lak_serial, created_at, expires_at, boot_verdict`
 
 // PutIntakeSession stores a passed intake's session after removing those
 // expired at now; ErrConflict when its ID exists or max unexpired
@@ -43,9 +43,9 @@ func (d *DB) PutIntakeSession(ctx context.Context, s store.IntakeSession, now ti
 			return fmt.Errorf("%d intake sessions are open, the most allowed: %w", n, store.ErrConflict)
 		}
 		tag, err := tx.Exec(ctx, `INSERT INTO intake_sessions (`+intakeColumns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING`,
 			s.ID, s.Device, s.EKPin, nonNil(s.EKPublic), nonNil(s.AKName), nonNil(s.AKPublic),
-			s.LDevIDSerial, s.LAKSerial, ts(s.CreatedAt), ts(s.ExpiresAt))
+			s.LDevIDSerial, s.LAKSerial, ts(s.CreatedAt), ts(s.ExpiresAt), s.BootVerdict)
 		if err != nil {
 			return err
 		}
@@ -65,7 +65,7 @@ func (d *DB) GetIntakeSession(ctx context.Context, id string) (store.IntakeSessi
 		created, expires *time.Time
 	)
 	err := d.pool.QueryRow(ctx, `SELECT `+intakeColumns+` FROM intake_sessions WHERE id = $1`, id).Scan(
-		&s.ID, &s.Device, &s.EKPin, &s.EKPublic, &s.AKName, &s.AKPublic, &s.LDevIDSerial, &s.LAKSerial, &created, &expires)
+		&s.ID, &s.Device, &s.EKPin, &s.EKPublic, &s.AKName, &s.AKPublic, &s.LDevIDSerial, &s.LAKSerial, &created, &expires, &s.BootVerdict)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = store.ErrNotFound
 	}

@@ -304,7 +304,8 @@ CREATE TABLE intake_sessions (
 	ldevid_serial text NOT NULL,
 	lak_serial    text NOT NULL,
 	created_at    timestamptz,
-	expires_at    timestamptz
+	expires_at    timestamptz,
+	boot_verdict  text NOT NULL DEFAULT ''
 );
 CREATE INDEX intake_sessions_expires_at ON intake_sessions (expires_at);
 `,

@@ -10,13 +10,13 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 )
 
-const intakeColumns = `id, device, ek_pin, ek_public, ak_name, ak_public, ldevid_serial, lak_serial, created_at, expires_at`
+const intakeColumns = `id, device, ek_pin, ek_public, ak_name, ak_public, ldevid_serial, lak_serial, created_at, expires_at, boot_verdict`
 
 var (
 	qExpireIntake = newWriteQuery(`DELETE FROM intake_sessions WHERE expires_at IS NULL OR expires_at <= ?`)
 	qCountIntake  = newWriteQuery(`SELECT count(*) FROM intake_sessions`)
 	qInsertIntake = newWriteQuery(`INSERT INTO intake_sessions (` + intakeColumns + `)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`)
 	qGetIntake = newReadQuery(`SELECT ` + intakeColumns + ` FROM intake_sessions WHERE id = ?`)
 )
 
@@ -48,7 +48,7 @@ func (d *DB) PutIntakeSession(ctx context.Context, s store.IntakeSession, now ti
 			return fmt.Errorf("%d intake sessions are open, the most allowed: %w", n, store.ErrConflict)
 		}
 		res, err := t.exec(qInsertIntake, s.ID, s.Device, s.EKPin, blobOf(s.EKPublic), blobOf(s.AKName), blobOf(s.AKPublic),
-			s.LDevIDSerial, s.LAKSerial, created, expires)
+			s.LDevIDSerial, s.LAKSerial, created, expires, s.BootVerdict)
 		if err != nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func (d *DB) GetIntakeSession(ctx context.Context, id string) (store.IntakeSessi
 		created, expires sql.NullInt64
 	)
 	err := d.queryRow(ctx, qGetIntake, id).Scan(&s.ID, &s.Device, &s.EKPin, &s.EKPublic, &s.AKName, &s.AKPublic,
-		&s.LDevIDSerial, &s.LAKSerial, &created, &expires)
+		&s.LDevIDSerial, &s.LAKSerial, &created, &expires, &s.BootVerdict)
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}

@@ -300,7 +300,8 @@ CREATE TABLE intake_sessions (
 	ldevid_serial TEXT NOT NULL,
 	lak_serial    TEXT NOT NULL,
 	created_at    INTEGER,
-	expires_at    INTEGER
+	expires_at    INTEGER,
+	boot_verdict  TEXT NOT NULL DEFAULT ''
 ) STRICT;
 CREATE INDEX intake_sessions_expires_at ON intake_sessions (expires_at);
 `,

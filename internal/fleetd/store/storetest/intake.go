@@ -14,7 +14,7 @@ func newIntakeSession(id string, created, expires time.Time) store.IntakeSession
 		ID: id, Device: "dev-" + id, EKPin: "sha256:" + id,
 		EKPublic: []byte("ek of " + id), AKName: []byte("ak name of " + id), AKPublic: []byte("ak of " + id),
 		LDevIDSerial: "1" + fmt.Sprint(len(id)), LAKSerial: "2" + fmt.Sprint(len(id)),
-		CreatedAt: created, ExpiresAt: expires,
+		CreatedAt: created, ExpiresAt: expires, BootVerdict: store.IntakeBootPass,
 	}
 }
 
@@ -22,7 +22,7 @@ func sameIntakeSession(a, b store.IntakeSession) bool {
 	return a.ID == b.ID && a.Device == b.Device && a.EKPin == b.EKPin &&
 		bytes.Equal(a.EKPublic, b.EKPublic) && bytes.Equal(a.AKName, b.AKName) && bytes.Equal(a.AKPublic, b.AKPublic) &&
 		a.LDevIDSerial == b.LDevIDSerial && a.LAKSerial == b.LAKSerial &&
-		a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt)
+		a.CreatedAt.Equal(b.CreatedAt) && a.ExpiresAt.Equal(b.ExpiresAt) && a.BootVerdict == b.BootVerdict
 }
 
 var intakeCases = []testCase{
