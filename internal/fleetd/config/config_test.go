@@ -63,6 +63,7 @@ func TestLoadFleetdRefusals(t *testing.T) {
 		{"a per-source limit above the total", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nmax_connections = 10\nmax_connections_per_source = 11\n", "limits.max_connections_per_source"},
 		{"a negative idle timeout", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nidle_timeout = \"-1s\"\n", "limits.idle_timeout"},
 		{"a tiny verdict log", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_max_bytes = 100\n", "boot_policy.verdict_log_max_bytes"},
+		{"a config waiting longer than its join credential lives", "pki_dir = \"p\"\ndata_dir = \"d\"\n[install]\ncredential_lifetime = \"2h\"\nconfig_ttl = \"3h\"\n", "install.config_ttl (3h0m0s) is longer than install.credential_lifetime (2h0m0s)"},
 		{"a staleness margin under a minute", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nstale_after = \"30s\"\n", "boot_policy.stale_after: 30s is outside 1m..720h"},
 		{"no verdict log kept", "pki_dir = \"p\"\ndata_dir = \"d\"\n[boot_policy]\nverdict_log_keep = -1\n", "boot_policy.verdict_log_keep"},
 		{"a password in the store URL", "pki_dir = \"p\"\ndata_dir = \"d\"\nstore = \"postgres://fleetd:hunter2@db/fleetd\"\n", "store.url: the URL carries a password"},

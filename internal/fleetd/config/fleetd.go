@@ -197,6 +197,11 @@ type Install struct {
 	// CredentialLifetime is how long the join credential of a render is
 	// accepted (default 8h; 1h to 7 days).
 	CredentialLifetime Duration `toml:"credential_lifetime"`
+	// ConfigTTL is how long a rendered config waits for its fetch with
+	// the install code (default 4h; 10m to 48h). It is at most
+	// CredentialLifetime, so a config is never released with a join
+	// credential that is already dead.
+	ConfigTTL Duration `toml:"config_ttl"`
 	// Server is the gRPC address (host:port) installed machines reach,
 	// written in their rendered config (default the first of
 	// advertise_addresses, else listen).
@@ -406,6 +411,9 @@ func (c *Fleetd) applyDefaults() {
 	if c.Install.CredentialLifetime.Duration == 0 {
 		c.Install.CredentialLifetime.Duration = 8 * time.Hour
 	}
+	if c.Install.ConfigTTL.Duration == 0 {
+		c.Install.ConfigTTL.Duration = 4 * time.Hour
+	}
 	if c.Install.Server == "" {
 		c.Install.Server = c.Listen
 		if len(c.AdvertiseAddresses) > 0 {
@@ -523,6 +531,13 @@ func (c *Fleetd) Validate() error {
 	}
 	if d := c.Install.CredentialLifetime.Duration; d < time.Hour || d > 7*24*time.Hour {
 		return fmt.Errorf("install.credential_lifetime: %s is outside 1h..168h", d)
+	}
+	if d := c.Install.ConfigTTL.Duration; d < 10*time.Minute || d > 48*time.Hour {
+		return fmt.Errorf("install.config_ttl: %s is outside 10m..48h", d)
+	}
+	if c.Install.ConfigTTL.Duration > c.Install.CredentialLifetime.Duration {
+		return fmt.Errorf("install.config_ttl (%s) is longer than install.credential_lifetime (%s): a late fetch would release a config whose join credential is dead; shorten config_ttl or lengthen credential_lifetime",
+			c.Install.ConfigTTL.Duration, c.Install.CredentialLifetime.Duration)
 	}
 	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
 		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)

@@ -141,6 +141,10 @@ func TestScriptGates(t *testing.T) {
 			m.write(t, m.marker, marker, 0o602)
 			m.write(t, m.code, []byte(code), 0o600)
 		}, "writable by group or others"},
+		{"code readable by others", func(t *testing.T, m *machine) {
+			m.write(t, m.marker, marker, 0o600)
+			m.write(t, m.code, []byte(code), 0o640)
+		}, "readable by group or others"},
 		{"marker is a link", func(t *testing.T, m *machine) {
 			real := filepath.Join(m.dir, "elsewhere")
 			m.write(t, real, marker, 0o600)

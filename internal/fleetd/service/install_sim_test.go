@@ -244,3 +244,35 @@ func TestSimInstallRenderErrorIssuesNoCodeAndNoCredential(t *testing.T) {
 		}
 	}
 }
+
+// A machine whose config was fetched (the code burned) is not installed
+// again before its activation settles: a second install would replace the
+// release and lose the activation.
+func TestSimInstallAfterTheReleaseIsRefused(t *testing.T) {
+	ie := newInstallEnv(t, "rack1")
+	now := ie.clock.Now()
+	if _, err := ie.join.Install(t.Context(), ie.request(t, ie.report("Gi1/0/17", time.Minute), ie.m.key, now)); err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	rel, err := ie.db.GetConfigRelease(t.Context(), intakeUUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ie.db.ClaimConfigRelease(t.Context(), intakeUUID, rel.Generation, "fetch-1", now, now.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ie.db.BurnConfigRelease(t.Context(), intakeUUID, rel.Generation, "fetch-1", now); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ie.join.Install(t.Context(), ie.request(t, ie.report("Gi1/0/17", time.Minute), ie.m.key, now))
+	st, _ := status.FromError(err)
+	if st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), "already released") {
+		t.Fatalf("a second install after the release: %v", err)
+	}
+	if len(ie.logs.find("install refused", "rule", string(service.RuleReleased))) == 0 {
+		t.Errorf("no install refusal in the log names rule %s", service.RuleReleased)
+	}
+	if got, err := ie.db.GetConfigRelease(t.Context(), intakeUUID); err != nil || got.Generation != rel.Generation || got.State != store.ReleaseBurned {
+		t.Errorf("the burned release was replaced: %+v, %v", got, err)
+	}
+}
