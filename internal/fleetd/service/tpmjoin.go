@@ -208,7 +208,11 @@ func (j *joinService) tpmProven(ctx context.Context, req *joinv1.JoinRequest, ch
 	if err != nil {
 		return nil, err
 	}
-	in := issuance{token: o, placement: pl, attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: ch.akName,
+	lakName, err := j.joinLAK(ctx, ch, pl)
+	if err != nil {
+		return nil, err
+	}
+	in := issuance{token: o, placement: pl, attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: ch.akName, lakName: lakName,
 		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion, boot: boot}
 	if o == nil || !o.tok.RequireApproval {
 		return j.issue(ctx, in)
