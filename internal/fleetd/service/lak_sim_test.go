@@ -98,6 +98,8 @@ func TestSimJoinAndBootChecksQuotedByTheLAK(t *testing.T) {
 		c.EKVerifier = mustVerifier(t, roots)
 		c.BootPolicy, c.VerdictLog, c.Actuator, c.BootCheckTimeout = permissivePolicies(t), vlog, act, 2*time.Second
 		c.AutoProvision = true
+		// Every refusal below is logged: the test reads the rule there.
+		c.Limits.RefusalLogBurst = 100
 	})
 	ekPin, err := attest.EKPin(m.ek.Public)
 	if err != nil {
@@ -141,6 +143,12 @@ func TestSimJoinAndBootChecksQuotedByTheLAK(t *testing.T) {
 		defer done()
 		_, err := lakJoin(t, e, other, res.LakChain)
 		wantJoinRefusedBy(t, e, err, service.RuleLAKAK)
+	})
+	t.Run("a LAK chain of more than four certificates is refused before any challenge", func(t *testing.T) {
+		req := m.request(t, e, "")
+		req.Tpm.LakChain = append(res.LakChain, res.LakChain[0], res.LakChain[0], res.LakChain[0])
+		_, err := e.join.Join(t.Context(), req)
+		wantJoinRefusedBy(t, e, err, service.RuleLAKChain)
 	})
 	if ns := e.nodes(t); len(ns) != 0 {
 		t.Fatalf("refused joins wrote nodes %v", ns)

@@ -299,6 +299,11 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 	if ev == nil {
 		return nil, refuse(reasonTPMEvidence, "tpm attestor without TPM evidence")
 	}
+	if len(ev.LakChain) > maxLAKChain {
+		// Bounded before the evidence is held with the challenge; the
+		// chain is checked once the join is placed (joinLAK).
+		return nil, refuse(reasonLAK, "rule %s: the LAK chain has %d certificates, want 1 to %d", RuleLAKChain, len(ev.LakChain), maxLAKChain)
+	}
 	ekPub, err := attest.EKPublic(ev.EkPublic)
 	if err != nil {
 		return nil, refuse(reasonTPMEvidence, "EK public area: %v", err)
