@@ -277,7 +277,13 @@ type TpmEvidence struct {
 	// certificate chain indices (0x01C00100 on), in index order; empty when
 	// it has none. The server builds the chain through them to its
 	// manufacturer roots; they are never trusted by themselves.
-	EkChain       [][]byte `protobuf:"bytes,8,rep,name=ek_chain,json=ekChain,proto3" json:"ek_chain,omitempty"`
+	EkChain [][]byte `protobuf:"bytes,8,rep,name=ek_chain,json=ekChain,proto3" json:"ek_chain,omitempty"`
+	// The LAK certificate chain (DER, leaf first, then the DevID CA) of an
+	// installed node whose AK is the LAK its intake certified; empty for a
+	// fresh AK. The server checks the leaf chains to its DevID CA, is valid,
+	// names the device the node is declared as, and certifies exactly
+	// ak_public; the node record then keeps the LAK's name.
+	LakChain      [][]byte `protobuf:"bytes,9,rep,name=lak_chain,json=lakChain,proto3" json:"lak_chain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -364,6 +370,13 @@ func (x *TpmEvidence) GetCertifySignature() []byte {
 func (x *TpmEvidence) GetEkChain() [][]byte {
 	if x != nil {
 		return x.EkChain
+	}
+	return nil
+}
+
+func (x *TpmEvidence) GetLakChain() [][]byte {
+	if x != nil {
+		return x.LakChain
 	}
 	return nil
 }
@@ -1683,7 +1696,7 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"deferralId\x120\n" +
 	"\x03tpm\x18\t \x01(\v2\x1e.nodetrust.join.v1.TpmEvidenceR\x03tpm\x12:\n" +
 	"\x06answer\x18\n" +
-	" \x01(\v2\".nodetrust.join.v1.ChallengeAnswerR\x06answer\"\xb7\x02\n" +
+	" \x01(\v2\".nodetrust.join.v1.ChallengeAnswerR\x06answer\"\xd4\x02\n" +
 	"\vTpmEvidence\x12%\n" +
 	"\x0eek_certificate\x18\x01 \x01(\fR\rekCertificate\x120\n" +
 	"\x14ek_certificate_index\x18\x02 \x01(\rR\x12ekCertificateIndex\x12\x1b\n" +
@@ -1692,7 +1705,8 @@ const file_nodetrust_join_v1_join_proto_rawDesc = "" +
 	"\x0fnode_key_public\x18\x05 \x01(\fR\rnodeKeyPublic\x12%\n" +
 	"\x0ecertify_attest\x18\x06 \x01(\fR\rcertifyAttest\x12+\n" +
 	"\x11certify_signature\x18\a \x01(\fR\x10certifySignature\x12\x19\n" +
-	"\bek_chain\x18\b \x03(\fR\aekChain\"\xb6\x02\n" +
+	"\bek_chain\x18\b \x03(\fR\aekChain\x12\x1b\n" +
+	"\tlak_chain\x18\t \x03(\fR\blakChain\"\xb6\x02\n" +
 	"\x0fChallengeAnswer\x12\x14\n" +
 	"\x05round\x18\x01 \x01(\rR\x05round\x12)\n" +
 	"\x10activated_secret\x18\x02 \x01(\fR\x0factivatedSecret\x12!\n" +

@@ -176,7 +176,11 @@ func Join(ctx context.Context, c JoinConfig) (*JoinResult, error) {
 		if c.TPM == nil {
 			return nil, errors.New("--attestor tpm needs a TPM: set tpm in config.toml (a device path or tcp://host:port)")
 		}
-		tj = &tpmJoin{t: c.TPM, eventLog: c.EventLog}
+		tj = &tpmJoin{t: c.TPM, eventLog: c.EventLog, now: c.Now}
+		// An installed node joins with the LAK its intake certified.
+		if tj.lak, err = readLAK(c.DataDir); err != nil {
+			return nil, err
+		}
 		defer tj.close()
 	}
 	key, keyPEM, keyKind, err := keys.New(ctx)

@@ -5,25 +5,33 @@ import (
 	"crypto"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/tpm"
 )
 
-// tpmJoin is the tpm attestor's side of a join: the EK, an AK made for
-// this identity, and the AK's certification of the node key.
+// tpmJoin is the tpm attestor's side of a join: the EK, the AK — made for
+// this identity, or the LAK an intake certified — and the AK's
+// certification of the node key.
 type tpmJoin struct {
 	t  TPM
 	ek *tpm.EK
 	ak tpm.AttestationKey
+	// lak, when set, is the installed node's LAK: the join derives that
+	// AK again instead of making one, and sends its certificate.
+	lak *installedLAK
+	// now is the node's clock, for the LAK certificate's expiry.
+	now func() time.Time
 	// eventLog is the boot's measurement log, or nil where the TPM has
 	// none (swtpm, the simulator).
 	eventLog []byte
 }
 
 // evidence reads the EK certificates (and the chain stored in NV) and the
-// EK its certificate certifies, makes the AK, and has it certify the node
-// key over sha256(csr).
+// EK its certificate certifies, makes the AK (or derives the LAK again,
+// checking its certificate certifies it), and has it certify the node key
+// over sha256(csr).
 func (j *tpmJoin) evidence(ctx context.Context, key crypto.Signer, csrHash []byte) (*joinv1.TpmEvidence, error) {
 	nodeKey, ok := key.(tpm.NodeKey)
 	if !ok {
@@ -36,7 +44,20 @@ func (j *tpmJoin) evidence(ctx context.Context, key crypto.Signer, csrHash []byt
 	if j.ek, err = j.t.EK(ctx, tpm.EKAuto); err != nil {
 		return nil, fmt.Errorf("derive the EK: %w", err)
 	}
-	if j.ak, _, err = j.t.NewAK(ctx); err != nil {
+	var lakChain [][]byte
+	if j.lak != nil {
+		if j.ak, err = j.t.LoadAK(ctx, j.lak.rec); err != nil {
+			return nil, fmt.Errorf("load the LAK from the TPM (is this the TPM of the intake?): %w", err)
+		}
+		if err := j.lak.check(j.ak); err != nil {
+			return nil, err
+		}
+		now := time.Now
+		if j.now != nil {
+			now = j.now
+		}
+		lakChain = j.lak.wire(now())
+	} else if j.ak, _, err = j.t.NewAK(ctx); err != nil {
 		return nil, fmt.Errorf("make the AK: %w", err)
 	}
 	attest, sig, err := j.t.Certify(ctx, j.ak, nodeKey, csrHash)
@@ -61,6 +82,7 @@ func (j *tpmJoin) evidence(ctx context.Context, key crypto.Signer, csrHash []byt
 		NodeKeyPublic:      nodeKey.PublicArea(),
 		CertifyAttest:      attest,
 		CertifySignature:   sig,
+		LakChain:           lakChain,
 	}, nil
 }
 

@@ -59,7 +59,10 @@ plane knows by its EK). Without --yes, --reset only prints what would move and
 exits 2; it needs only the data directory (--data-dir, or config.toml's).
 
 The attestor is --attestor, else [join] attestor of config.toml, else token.
-With tpm, a token file that does not exist is no token. A machine without a
+With tpm, a token file that does not exist is no token, and an installed
+machine (<data_dir>/devid holds lak.keyrec from bcd intake) joins with that
+LAK instead of a new AK and sends its LAK certificate; its boot checks are
+then quoted by the LAK (docs/install.md). A machine without a
 DMI product UUID or serial (many VMs) cannot be recognised when it joins
 again: name its node (--node-id here, or a token made with --node-id).
 

@@ -33,6 +33,7 @@ const (
 	ignoredNodeError    = "node_error"
 	ignoredNoAK         = "no_ak"
 	ignoredWrongAK      = "wrong_ak"
+	ignoredNotLAK       = "not_lak"
 	ignoredUnproven     = "unproven"
 	ignoredIncomplete   = "incomplete"
 	ignoredUnknownClass = "unknown_class"

@@ -184,6 +184,11 @@ func (j *joinService) joinToken(ctx context.Context, req *joinv1.JoinRequest, cs
 		return nil, err
 	}
 	nodeID := pl.nodeID
+	if len(pl.lakName) > 0 {
+		// A token join has no AK: it would end the LAK's boot checks.
+		return nil, o.deny(reasonLAK, "rule %s: node %s was installed with LAK %x; it re-joins only with --attestor tpm and that LAK (<data_dir>/devid), not with a token alone",
+			RuleLAKSubstitute, nodeID, pl.lakName)
+	}
 
 	if tok.RequireApproval {
 		if pending.ID == "" {
@@ -239,6 +244,10 @@ type placement struct {
 	why     string
 	// claimKey names the claim the join settles.
 	claimKey string
+	// lakName is the LAK name of the node the join replaces (nil when it
+	// has none): such a node re-joins only with that AK or a new LAK
+	// certificate (joinLAK).
+	lakName []byte
 }
 
 // place decides, with the lifecycle's admission rules, which node a join
@@ -276,6 +285,7 @@ func (j *joinService) place(ctx context.Context, r lifecycle.Request, o *openedT
 		}
 		if n := out.Node; n != nil {
 			p.reclaim, p.gen, p.expectState, p.expectGen = true, n.Generation+1, n.State, n.Generation
+			p.lakName = n.LAKName
 		} else if p.gen, err = s.cfg.Store.NextGeneration(ctx, d.Name); err != nil {
 			return placement{}, fmt.Errorf("next generation of node %s: %w", d.Name, err)
 		}
@@ -283,7 +293,7 @@ func (j *joinService) place(ctx context.Context, r lifecycle.Request, o *openedT
 	case lifecycle.Known:
 		n := out.Node
 		p.nodeID, p.reclaim, p.gen, p.role, p.site, p.class = n.ID, true, n.Generation+1, n.Role, n.Site, n.Class
-		p.expectState, p.expectGen = n.State, n.Generation
+		p.expectState, p.expectGen, p.lakName = n.State, n.Generation, n.LAKName
 		if t := r.Token; t != nil {
 			// A token piped with a known EK is spent, and its role and
 			// site replace the node's.
@@ -316,6 +326,7 @@ func (j *joinService) place(ctx context.Context, r lifecycle.Request, o *openedT
 			return placement{}, deny(rf.Reason)
 		}
 		p.class, p.from, p.expectState, p.expectGen = old.Class, old.State, old.State, old.Generation
+		p.lakName = old.LAKName
 	}
 	return p, nil
 }
@@ -347,8 +358,10 @@ type issuance struct {
 	claims   store.Claims
 	ekPin    string
 	akName   []byte
-	csr      *x509.CertificateRequest
-	csrHash  []byte
+	// lakName is the node's LAK name, kept in its record (joinLAK).
+	lakName []byte
+	csr     *x509.CertificateRequest
+	csrHash []byte
 
 	daemonVersion string
 	// boot, when not nil, is a tpm join's boot verdict: its evidence is
@@ -408,6 +421,7 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 			State: store.StateActive, Generation: in.gen, Attestor: in.attestor,
 			Claims: in.claims, DaemonVersion: capClaim(in.daemonVersion),
 			JoinedAt: now, LastSeen: now, CertSerial: serial, CertNotAfter: leaf.NotAfter, EKPin: in.ekPin, Class: in.class,
+			LAKName: in.lakName,
 		},
 		Cert: store.Cert{Serial: serial, NodeID: in.nodeID, Generation: in.gen, Kind: "join", IssuedAt: now, NotAfter: leaf.NotAfter},
 		Audit: &store.AuditEvent{Time: now, Actor: actor, Action: "join", Subject: in.nodeID,

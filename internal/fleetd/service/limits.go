@@ -149,6 +149,9 @@ var (
 	// reasonNotAdmitted is a refusal of the lifecycle's admission: an
 	// undeclared machine, an unhonoured binding, a state that may not join.
 	reasonNotAdmitted = refusalCode{"not_admitted"}
+	// reasonLAK is a LAK certificate that does not prove the join's AK,
+	// or an installed node's join with another AK than its LAK.
+	reasonLAK = refusalCode{"lak"}
 )
 
 // checkJoinSize refuses a join without TPM evidence that is larger than

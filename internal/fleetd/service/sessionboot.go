@@ -228,6 +228,9 @@ func (s *Server) bootCheck(ctx context.Context, caller *authedNode, ev *gatewayv
 		s.boot.ignore(ignoredStore)
 		return checkOutcome{err: fmt.Errorf("look up node %s: %w", caller.node.ID, err)}
 	}
+	if err := s.lakQuote(ctx, n, caller.info.TPMAKName); err != nil {
+		return checkOutcome{err: err}
+	}
 	v, err := s.judgeBoot(ctx, n.ID, classOf(n.Class), bootpolicy.BootCheck, e)
 	if err != nil {
 		return checkOutcome{err: err}
@@ -273,6 +276,9 @@ func (s *Server) renewalBoot(ctx context.Context, cur *authedNode, keyAK []byte,
 	e, err := s.evidenceOf(ctx, cur, cur.info.TPMAKName, att.ev, att.nonce)
 	if err != nil {
 		return refused(codes.FailedPrecondition, "renewal waits: %v", err)
+	}
+	if err := s.lakQuote(ctx, n, cur.info.TPMAKName); err != nil {
+		return refused(codes.PermissionDenied, "renewal refused: %v", err)
 	}
 	v, err := s.judgeBoot(ctx, n.ID, classOf(n.Class), bootpolicy.Renewal, e)
 	var ne *notEvidence

@@ -208,7 +208,11 @@ func (j *joinService) tpmProven(ctx context.Context, req *joinv1.JoinRequest, ch
 	if err != nil {
 		return nil, err
 	}
-	in := issuance{token: o, placement: pl, attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: ch.akName,
+	lakName, err := j.joinLAK(ctx, ch, pl)
+	if err != nil {
+		return nil, err
+	}
+	in := issuance{token: o, placement: pl, attestor: "tpm", claims: claims, ekPin: ch.ekPin, akName: ch.akName, lakName: lakName,
 		csr: csr, csrHash: csrHash, daemonVersion: req.DaemonVersion, boot: boot}
 	if o == nil || !o.tok.RequireApproval {
 		return j.issue(ctx, in)
@@ -294,6 +298,11 @@ func (j *joinService) tpmRound1(ctx context.Context, req *joinv1.JoinRequest, cs
 	ev := req.Tpm
 	if ev == nil {
 		return nil, refuse(reasonTPMEvidence, "tpm attestor without TPM evidence")
+	}
+	if len(ev.LakChain) > maxLAKChain {
+		// Bounded before the evidence is held with the challenge; the
+		// chain is checked once the join is placed (joinLAK).
+		return nil, refuse(reasonLAK, "rule %s: the LAK chain has %d certificates, want 1 to %d", RuleLAKChain, len(ev.LakChain), maxLAKChain)
 	}
 	ekPub, err := attest.EKPublic(ev.EkPublic)
 	if err != nil {

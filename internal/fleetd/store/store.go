@@ -86,6 +86,11 @@ type Node struct {
 	// control-plane, install-environment, or one configured); empty for a
 	// node the inventory does not declare.
 	Class string
+	// LAKName is the TPM name of the LAK (the AK its intake certified)
+	// that an installed node's join proved with its LAK certificate; its
+	// boot checks must be quoted by that AK. Nil for a node installed
+	// without intake.
+	LAKName []byte
 }
 
 // Cert records one issued node certificate.

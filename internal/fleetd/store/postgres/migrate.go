@@ -331,6 +331,10 @@ CREATE TABLE boot_evidence (
 	`
 ALTER TABLE verdicts ADD COLUMN matched text NOT NULL DEFAULT '';
 `,
+	// 16: an installed node's LAK name, as SQLite's migration 14.
+	`
+ALTER TABLE nodes ADD COLUMN lak_name bytea;
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

@@ -15,10 +15,10 @@ import (
 
 const nodeColumns = `id, spiffe_id, role, site, state, generation, attestor,
 	product_uuid, serials, macs, gpu_uuids, hostname, boot_id, daemon_version,
-	joined_at, last_seen, cert_serial, cert_not_after, ek_pin, class`
+	joined_at, last_seen, cert_serial, cert_not_after, ek_pin, class, lak_name`
 
 const nodeInsert = `INSERT INTO nodes (` + nodeColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 
 const nodeReplace = nodeInsert + ` ON CONFLICT (id) DO UPDATE SET spiffe_id = excluded.spiffe_id,
 	role = excluded.role, site = excluded.site, state = excluded.state,
@@ -27,7 +27,8 @@ const nodeReplace = nodeInsert + ` ON CONFLICT (id) DO UPDATE SET spiffe_id = ex
 	gpu_uuids = excluded.gpu_uuids, hostname = excluded.hostname, boot_id = excluded.boot_id,
 	daemon_version = excluded.daemon_version, joined_at = excluded.joined_at,
 	last_seen = excluded.last_seen, cert_serial = excluded.cert_serial,
-	cert_not_after = excluded.cert_not_after, ek_pin = excluded.ek_pin, class = excluded.class`
+	cert_not_after = excluded.cert_not_after, ek_pin = excluded.ek_pin, class = excluded.class,
+	lak_name = excluded.lak_name`
 
 // CompleteJoin removes the pending join j.PendingID (if any), spends the
 // token (if any), writes the node, records the certificate and appends
@@ -145,7 +146,7 @@ func nodeArgs(n store.Node, g int64) []any {
 	return []any{n.ID, n.SPIFFEID, n.Role, n.Site, n.State, g, n.Attestor,
 		n.Claims.ProductUUID, list(n.Claims.Serials), list(n.Claims.MACs), list(n.Claims.GPUUUIDs),
 		n.Claims.Hostname, n.Claims.BootID, n.DaemonVersion,
-		ts(n.JoinedAt), ts(n.LastSeen), n.CertSerial, ts(n.CertNotAfter), n.EKPin, n.Class}
+		ts(n.JoinedAt), ts(n.LastSeen), n.CertSerial, ts(n.CertNotAfter), n.EKPin, n.Class, lakName(n.LAKName)}
 }
 
 // checkTombstone refuses, with ErrConflict, a node id a deletion left a
@@ -282,7 +283,7 @@ func scanNode(s pgx.Row) (store.Node, error) {
 	if err := s.Scan(&n.ID, &n.SPIFFEID, &n.Role, &n.Site, &n.State, &g, &n.Attestor,
 		&n.Claims.ProductUUID, &n.Claims.Serials, &n.Claims.MACs, &n.Claims.GPUUUIDs,
 		&n.Claims.Hostname, &n.Claims.BootID, &n.DaemonVersion,
-		&joined, &lastSeen, &n.CertSerial, &certNotAfter, &n.EKPin, &n.Class); err != nil {
+		&joined, &lastSeen, &n.CertSerial, &certNotAfter, &n.EKPin, &n.Class, &n.LAKName); err != nil {
 		return store.Node{}, err
 	}
 	n.Generation = uint64(g)
@@ -412,4 +413,12 @@ func revoke(ctx context.Context, tx pgx.Tx, id, reason string, now time.Time, au
 	}
 	slices.Sort(serials)
 	return uint64(g), serials, nil
+}
+
+// lakName is a node's LAK name as its column holds it: NULL for none.
+func lakName(name []byte) any {
+	if len(name) == 0 {
+		return nil
+	}
+	return name
 }

@@ -327,6 +327,11 @@ CREATE TABLE boot_evidence (
 	`
 ALTER TABLE verdicts ADD COLUMN matched TEXT NOT NULL DEFAULT '';
 `,
+	// 14: the TPM name of the LAK an installed node's join proved with
+	// its LAK certificate (NULL for a node installed without intake).
+	`
+ALTER TABLE nodes ADD COLUMN lak_name BLOB;
+`,
 }
 
 const createMigrationsTable = `

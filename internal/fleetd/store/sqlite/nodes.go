@@ -18,12 +18,12 @@ const nodeColumns = `n.id, n.spiffe_id, n.role, n.site, n.state, n.generation, n
 	n.product_uuid,
 	(SELECT json_group_array(s.serial ORDER BY s.pos) FROM node_serials s WHERE s.node_id = n.id),
 	n.macs, n.gpu_uuids, n.hostname, n.boot_id, n.daemon_version,
-	n.joined_at, n.last_seen, n.cert_serial, n.cert_not_after, n.ek_pin, n.class`
+	n.joined_at, n.last_seen, n.cert_serial, n.cert_not_after, n.ek_pin, n.class, n.lak_name`
 
 const nodeInsert = `INSERT INTO nodes (id, spiffe_id, role, site, state, generation, attestor,
 		product_uuid, macs, gpu_uuids, hostname, boot_id, daemon_version,
-		joined_at, last_seen, cert_serial, cert_not_after, ek_pin, class)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+		joined_at, last_seen, cert_serial, cert_not_after, ek_pin, class, lak_name)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 var (
 	qInsertNode  = newWriteQuery(nodeInsert + ` ON CONFLICT (id) DO NOTHING`)
@@ -34,7 +34,8 @@ var (
 		hostname = excluded.hostname, boot_id = excluded.boot_id,
 		daemon_version = excluded.daemon_version, joined_at = excluded.joined_at,
 		last_seen = excluded.last_seen, cert_serial = excluded.cert_serial,
-		cert_not_after = excluded.cert_not_after, ek_pin = excluded.ek_pin, class = excluded.class`)
+		cert_not_after = excluded.cert_not_after, ek_pin = excluded.ek_pin, class = excluded.class,
+		lak_name = excluded.lak_name`)
 	qRevokeReclaimed = newWriteQuery(`UPDATE certs SET revoked_at = ?, revoked_reason = 'reclaimed'
 		WHERE node_id = ? AND revoked_at IS NULL`)
 	qDeleteSerials = newWriteQuery(`DELETE FROM node_serials WHERE node_id = ?`)
@@ -209,7 +210,7 @@ func nodeArgs(a *args, n store.Node) []any {
 	return []any{n.ID, n.SPIFFEID, n.Role, n.Site, n.State, a.gen(n.Generation), n.Attestor,
 		n.Claims.ProductUUID, a.list(n.Claims.MACs), a.list(n.Claims.GPUUUIDs),
 		n.Claims.Hostname, n.Claims.BootID, n.DaemonVersion,
-		a.time(n.JoinedAt), a.time(n.LastSeen), n.CertSerial, a.time(n.CertNotAfter), n.EKPin, n.Class}
+		a.time(n.JoinedAt), a.time(n.LastSeen), n.CertSerial, a.time(n.CertNotAfter), n.EKPin, n.Class, lakName(n.LAKName)}
 }
 
 // checkTombstone refuses, with ErrConflict, a node id a deletion left a
@@ -357,7 +358,7 @@ func scanNode(s scanner) (store.Node, error) {
 	)
 	if err := s.Scan(&n.ID, &n.SPIFFEID, &n.Role, &n.Site, &n.State, &gen, &n.Attestor,
 		&n.Claims.ProductUUID, &serials, &macs, &gpus, &n.Claims.Hostname, &n.Claims.BootID,
-		&n.DaemonVersion, &joined, &lastSeen, &n.CertSerial, &certNotAfter, &n.EKPin, &n.Class); err != nil {
+		&n.DaemonVersion, &joined, &lastSeen, &n.CertSerial, &certNotAfter, &n.EKPin, &n.Class, &n.LAKName); err != nil {
 		return store.Node{}, err
 	}
 	var err error
@@ -513,4 +514,12 @@ func revoke(t *wtx, id, reason string, at sql.NullInt64, audit *store.AuditEvent
 	}
 	slices.Sort(serials)
 	return uint64(gen), serials, nil
+}
+
+// lakName is a node's LAK name as its column holds it: NULL for none.
+func lakName(name []byte) any {
+	if len(name) == 0 {
+		return nil
+	}
+	return name
 }

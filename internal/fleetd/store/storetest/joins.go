@@ -50,6 +50,28 @@ var joinCases = []testCase{
 		wantNoNode(t, s, "node-1")
 		wantUnspent(t, s, "tok1")
 	}},
+	{"a node's LAK name is kept and a reclaim writes the one it carries", func(t *testing.T, s store.Store) {
+		j := newJoin("", "node-1", "s1", at(0))
+		j.Node.Attestor, j.Node.LAKName = "tpm", []byte{0x00, 0x0b, 0xde, 0xad, 0x00}
+		mustJoin(t, s, j)
+		wantEqual(t, "node joined with its LAK", normNode, mustGetNode(t, s, "node-1"), j.Node)
+		if got := mustGetNode(t, s, "node-1").LAKName; string(got) != string(j.Node.LAKName) {
+			t.Fatalf("LAKName = %x, want %x", got, j.Node.LAKName)
+		}
+		again := store.Join{Now: at(time.Minute), Node: newNode("node-1", 2, "s2", at(time.Minute)), Reclaim: true,
+			Cert: newCert("s2", "node-1", 2, "join", at(time.Minute))}
+		again.Node.LAKName = []byte{0x00, 0x0b, 0xbe, 0xef}
+		mustJoin(t, s, again)
+		if got := mustGetNode(t, s, "node-1").LAKName; string(got) != string(again.Node.LAKName) {
+			t.Fatalf("LAKName after the reclaim = %x, want %x", got, again.Node.LAKName)
+		}
+		third := store.Join{Now: at(2 * time.Minute), Node: newNode("node-1", 3, "s3", at(2*time.Minute)), Reclaim: true,
+			Cert: newCert("s3", "node-1", 3, "join", at(2*time.Minute))}
+		mustJoin(t, s, third)
+		if got := mustGetNode(t, s, "node-1").LAKName; len(got) != 0 {
+			t.Fatalf("LAKName after a reclaim without one = %x, want none", got)
+		}
+	}},
 	{"a join without a token writes the node and its certificate", func(t *testing.T, s store.Store) {
 		j := newJoin("", "node-1", "s1", at(0))
 		j.Node.Attestor = "tpm"

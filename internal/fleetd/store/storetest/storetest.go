@@ -214,6 +214,9 @@ func normToken(t store.Token) store.Token {
 func normNode(n store.Node) store.Node {
 	n.JoinedAt, n.LastSeen, n.CertNotAfter = normTime(n.JoinedAt), normTime(n.LastSeen), normTime(n.CertNotAfter)
 	n.Claims.Serials, n.Claims.MACs, n.Claims.GPUUUIDs = normList(n.Claims.Serials), normList(n.Claims.MACs), normList(n.Claims.GPUUUIDs)
+	if len(n.LAKName) == 0 {
+		n.LAKName = nil
+	}
 	return n
 }
 
