@@ -304,6 +304,9 @@ func (p *Provisioner) put(ctx context.Context, res schema.GroupVersionResource, 
 		if cur.GetLabels()[ManagedByLabel] != ManagedBy {
 			return fmt.Errorf("%s exists and was not written by fleetd (no label %s=%s): remove or rename it", what, ManagedByLabel, ManagedBy)
 		}
+		if cur.GetDeletionTimestamp() != nil {
+			return fmt.Errorf("%s is being deleted (a finalizer holds it): retry once it is gone", what)
+		}
 		if res == WorkflowResource {
 			state, _, _ := unstructured.NestedString(cur.Object, "status", "state")
 			if slices.Contains(finishedStates, state) {

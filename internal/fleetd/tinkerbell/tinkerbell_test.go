@@ -503,3 +503,35 @@ func TestStartStopsAtABMCFailure(t *testing.T) {
 		t.Errorf("BMC actions %+v after a failed set-next-boot, want no power cycle", got)
 	}
 }
+
+func TestApplyRefusesAWorkflowBeingDeleted(t *testing.T) {
+	dyn, ns := setup(t)
+	p := newProvisioner(t, dyn, ns, nil)
+	ctx := context.Background()
+	if _, err := p.Apply(ctx, decl()); err != nil {
+		t.Fatal(err)
+	}
+	r := dyn.Resource(tinkerbell.WorkflowResource).Namespace(ns)
+	wf := get(t, dyn, tinkerbell.WorkflowResource, ns, "web-01")
+	wf.SetFinalizers([]string{"example.org/hold"})
+	if _, err := r.Update(ctx, wf, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Delete(ctx, "web-01", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Apply(ctx, decl()); err == nil || !strings.Contains(err.Error(), "is being deleted") {
+		t.Fatalf("Apply over a Workflow being deleted: %v, want a refusal to retry", err)
+	}
+	held := get(t, dyn, tinkerbell.WorkflowResource, ns, "web-01")
+	held.SetFinalizers(nil)
+	if _, err := r.Update(ctx, held, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Apply(ctx, decl()); err != nil {
+		t.Fatalf("Apply once the Workflow is gone: %v", err)
+	}
+	if now := get(t, dyn, tinkerbell.WorkflowResource, ns, "web-01"); now.GetUID() == wf.GetUID() {
+		t.Error("the Workflow is the deleted one")
+	}
+}
