@@ -48,6 +48,10 @@ go mod download
 # NetBox's OpenAPI schema, which the fake NetBox's tests check it against
 # (read from the module cache; no Go code imports the module).
 go mod download github.com/netbox-community/go-netbox/v4@v4.3.0
+# Tinkerbell's CRDs (Hardware, Template, Workflow), which the Tinkerbell
+# objects' tests install in their API server (read from the module cache;
+# no Go code imports the module).
+go mod download github.com/tinkerbell/tink@v0.10.1
 
 # spire-server and spire-agent for the SPIRE export's integration tests,
 # built once from the Go module proxy into .deps/spire/<version>/bin

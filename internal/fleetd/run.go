@@ -200,9 +200,21 @@ func Run(ctx context.Context, o Options) error {
 		if err != nil {
 			return fmt.Errorf("install.server: %w", err)
 		}
-		srv.SetInstall(service.InstallSettings{Releaser: releaser, Renderers: renders, Fleetd: fl,
+		set := service.InstallSettings{Releaser: releaser, Renderers: renders, Fleetd: fl,
 			ReportMaxAge: cfg.Install.ReportMaxAge.Duration, ReportMaxSkew: cfg.Install.ReportMaxSkew.Duration,
-			CredentialLifetime: cfg.Install.CredentialLifetime.Duration, ControlPlaneRoles: controlPlaneRoles(cfg.Render)})
+			CredentialLifetime: cfg.Install.CredentialLifetime.Duration, ControlPlaneRoles: controlPlaneRoles(cfg.Render)}
+		// Each issued install writes its Tinkerbell objects
+		// (docs/install.md, "Tinkerbell").
+		if cfg.Tinkerbell.Enabled() {
+			prov, err := tinkerbellProvisioner(cfg)
+			if err != nil {
+				return err
+			}
+			set.Provisioner = prov
+		}
+		srv.SetInstall(set)
+	} else if cfg.Tinkerbell.Enabled() {
+		log.Warn("[tinkerbell] is set but no [render.CLASS] is: this control plane installs no machine, and writes no Tinkerbell object")
 	}
 
 	ln := o.Listener

@@ -76,6 +76,9 @@ type Fleetd struct {
 	// Install configures the Install RPC's admission and render
 	// (docs/install.md, "Admission").
 	Install Install `toml:"install"`
+	// Tinkerbell configures the Tinkerbell objects of each issued install
+	// (docs/install.md, "Tinkerbell").
+	Tinkerbell Tinkerbell `toml:"tinkerbell"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -445,6 +448,7 @@ func (c *Fleetd) applyDefaults() {
 		c.Inventory.NetBox.Timeout.Duration = 10 * time.Second
 	}
 	c.Export.applyDefaults()
+	c.Tinkerbell.applyDefaults()
 	if c.Store.Driver == "sqlite" && c.Store.Path == "" && c.DataDir != "" {
 		c.Store.Path = filepath.Join(c.DataDir, "fleetd.db")
 	}
@@ -546,6 +550,9 @@ func (c *Fleetd) Validate() error {
 		return err
 	}
 	if err := c.Inventory.validate(); err != nil {
+		return err
+	}
+	if err := c.Tinkerbell.validate(c.HTTPListen); err != nil {
 		return err
 	}
 	return c.validateRender()

@@ -18,6 +18,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/render"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/fleetd/tinkerbell"
 	"github.com/nodetrust/nodetrust/internal/logkey"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/confirm"
@@ -72,6 +73,17 @@ type Renderer interface {
 	Render(in render.Input) (render.Config, error)
 }
 
+// Provisioner writes the provisioning objects of an installed machine
+// (tinkerbell.Provisioner.Apply): its Hardware, the Template that runs the
+// provision script and the Workflow the install environment's agent runs
+// in the machine's current boot. It creates or updates: a machine that
+// installs again gets its objects updated, not duplicated. It never powers
+// the machine: it is in the install environment, and a power cycle would
+// end the boot its pass marker names.
+type Provisioner interface {
+	Apply(ctx context.Context, d store.Declaration) (tinkerbell.Objects, error)
+}
+
 // InstallSettings wire the Install RPC: without them (SetInstall never
 // called) every install is refused as not configured.
 type InstallSettings struct {
@@ -92,6 +104,10 @@ type InstallSettings struct {
 	// control plane (default {"control-plane"}): admission treats them
 	// as control planes, never auto-provisioned.
 	ControlPlaneRoles []string
+	// Provisioner, when set, writes the provisioning objects of each
+	// issued install ([tinkerbell] in fleetd.toml); nil writes none, and
+	// the operator starts the provision by other means.
+	Provisioner Provisioner
 }
 
 // installState holds the settings SetInstall gave.
@@ -266,14 +282,29 @@ func (j *joinService) install(ctx context.Context, req *joinv1.InstallRequest, r
 		return nil, fmt.Errorf("issue the install code of %s: %w", name, err)
 	}
 	verdict := intakeVerdict(sess)
-	detail := fmt.Sprintf("session %s, EK %s, AK %s; %s; report chassis %q port %q; join token %s until %s; release generation %d until %s; boot verdict %s",
+	// The provisioning objects, once the code exists: their action waits
+	// for the code the machine unwraps from this response. A failure fails
+	// the install (UNAVAILABLE); the machine's retry renders anew, which
+	// invalidates this code.
+	objects := "no provisioning objects (not configured)"
+	if set.Provisioner != nil {
+		o, err := set.Provisioner.Apply(ctx, d)
+		if err != nil {
+			return nil, fmt.Errorf("write the provisioning objects of %s: %w", name, err)
+		}
+		objects = fmt.Sprintf("Tinkerbell Hardware, Template and Workflow %s/%s", o.Namespace, o.Workflow)
+		if o.WorkflowReplaced {
+			objects += " (a finished Workflow replaced)"
+		}
+	}
+	detail := fmt.Sprintf("session %s, EK %s, AK %s; %s; report chassis %q port %q; join token %s until %s; release generation %d until %s; boot verdict %s; %s",
 		sess.ID, sess.EKPin, hex.EncodeToString(sess.AKName), dec.Authority, dec.Report.ChassisID, dec.Report.PortID, tokenID,
-		expires.UTC().Format(time.RFC3339), iss.Generation, iss.ExpiresAt.UTC().Format(time.RFC3339), verdict)
+		expires.UTC().Format(time.RFC3339), iss.Generation, iss.ExpiresAt.UTC().Format(time.RFC3339), verdict, objects)
 	if err := s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: installActor, Action: "install", Subject: name, Detail: capDetail(detail)}); err != nil {
 		return nil, fmt.Errorf("audit the install of %s: %w", name, err)
 	}
 	s.log.InfoContext(ctx, "install code issued", logkey.NodeID, name, "session", sess.ID, logkey.TokenID, tokenID,
-		"generation", iss.Generation, "authority", dec.Authority, "boot_verdict", verdict, logkey.RequestID, reqID, logkey.Peer, peerAddr(ctx))
+		"generation", iss.Generation, "authority", dec.Authority, "boot_verdict", verdict, "provisioning", objects, logkey.RequestID, reqID, logkey.Peer, peerAddr(ctx))
 	return &joinv1.InstallResponse{
 		CredentialBlob: w.CredentialBlob, EncryptedSecret: w.EncryptedSecret,
 		Device: name, ProductUuid: d.ProductUUID, ExpiresAtUnixNano: iss.ExpiresAt.UnixNano(), BootVerdict: verdict,

@@ -3,10 +3,12 @@
 package service_test
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/roles"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/fleetd/tinkerbell"
 	"github.com/nodetrust/nodetrust/pki/confirm"
 	"github.com/nodetrust/nodetrust/pki/netreport"
 )
@@ -38,6 +41,8 @@ type installEnv struct {
 	*env
 	m   *tpmMachine
 	res *joinv1.IntakeResult
+	// set is what SetInstall was given.
+	set service.InstallSettings
 }
 
 const installTmpl = "node={{.node.name}} site={{.node.site}} token={{.join_credential}}\n"
@@ -59,8 +64,9 @@ func newInstallEnv(t *testing.T, site string) *installEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv.SetInstall(service.InstallSettings{Releaser: rel, Renderers: render.NewRegistry(map[string]render.Renderer{"worker": tmpl}),
-		Fleetd: render.Fleetd{Server: "fleetd.example.org:8443"}, CredentialLifetime: 6 * time.Hour})
+	set := service.InstallSettings{Releaser: rel, Renderers: render.NewRegistry(map[string]render.Renderer{"worker": tmpl}),
+		Fleetd: render.Fleetd{Server: "fleetd.example.org:8443"}, CredentialLifetime: 6 * time.Hour}
+	e.srv.SetInstall(set)
 	ekPin, err := attest.EKPin(m.ek.Public)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +78,7 @@ func newInstallEnv(t *testing.T, site string) *installEnv {
 	if err != nil {
 		t.Fatalf("intake: %v", err)
 	}
-	return &installEnv{env: e, m: m, res: res}
+	return &installEnv{env: e, m: m, res: res, set: set}
 }
 
 // report is what the machine saw at the server's now plus ago.
@@ -274,5 +280,53 @@ func TestSimInstallAfterTheReleaseIsRefused(t *testing.T) {
 	}
 	if got, err := ie.db.GetConfigRelease(t.Context(), intakeUUID); err != nil || got.Generation != rel.Generation || got.State != store.ReleaseBurned {
 		t.Errorf("the burned release was replaced: %+v, %v", got, err)
+	}
+}
+
+// recordingProvisioner stands in for the Tinkerbell objects' writer
+// (internal/fleetd/tinkerbell, tested against a real API server): it
+// records the declarations it was given, and whether the install code
+// was issued when it was called.
+type recordingProvisioner struct {
+	ie    *installEnv
+	err   error
+	decls []store.Declaration
+	coded []bool
+}
+
+func (p *recordingProvisioner) Apply(ctx context.Context, d store.Declaration) (tinkerbell.Objects, error) {
+	p.decls = append(p.decls, d)
+	_, err := p.ie.db.GetConfigRelease(ctx, intakeUUID)
+	p.coded = append(p.coded, err == nil)
+	return tinkerbell.Objects{Namespace: "tink-system", Hardware: d.Name, Template: d.Name, Workflow: d.Name}, p.err
+}
+
+func TestSimInstallWritesTheProvisioningObjects(t *testing.T) {
+	ie := newInstallEnv(t, "rack1")
+	prov := &recordingProvisioner{ie: ie}
+	set := ie.set
+	set.Provisioner = prov
+	ie.srv.SetInstall(set)
+	if _, err := ie.join.Install(t.Context(), ie.request(t, ie.report("Gi1/0/17", time.Minute), ie.m.key, ie.clock.Now())); err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	if len(prov.decls) != 1 || prov.decls[0].Name != "web-01" || prov.decls[0].ProductUUID != intakeUUID || prov.decls[0].InstallDisk != "/dev/sda" {
+		t.Fatalf("the provisioner was given %+v, want web-01's declaration once", prov.decls)
+	}
+	if !prov.coded[0] {
+		t.Error("the provisioning objects were written before the install code was issued")
+	}
+	if a := ie.audit(t, "install"); len(a) != 1 || !strings.Contains(a[0].Detail, "Workflow tink-system/web-01") {
+		t.Errorf("the install's audit does not name the objects: %+v", a)
+	}
+
+	// A failure to write them fails the install, to be retried.
+	prov.err = errors.New("the API server is unreachable")
+	_, err := ie.join.Install(t.Context(), ie.request(t, ie.report("Gi1/0/17", time.Minute), ie.m.key, ie.clock.Now()))
+	if st, _ := status.FromError(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "retry later") {
+		t.Fatalf("install with a failing provisioner: %v, want UNAVAILABLE retry later", err)
+	}
+	if len(prov.decls) != 2 {
+		t.Errorf("the provisioner was called %d times, want 2", len(prov.decls))
 	}
 }
