@@ -26,6 +26,10 @@ const (
 	FieldProductUUID = "product_uuid"
 	FieldClass       = "class"
 	FieldInstallDisk = "install_disk"
+	// FieldExpectedChassis and FieldExpectedPort are the switch chassis
+	// and port the machine's network report must name (expected_port).
+	FieldExpectedChassis = "expected_chassis"
+	FieldExpectedPort    = "expected_port"
 	FieldEKPins      = "ek_pins"
 	FieldEKSource    = "ek_source"
 	FieldEKReference = "ek_reference"
@@ -199,7 +203,8 @@ func toDeclaration(d device) (store.Declaration, bool) {
 	cf := func(k string) string { s, _ := d.CustomFields[k].(string); return strings.TrimSpace(s) }
 	decl := store.Declaration{Name: d.Name, Serial: d.Serial, ProductUUID: strings.ToLower(cf(FieldProductUUID)),
 		Class: cf(FieldClass), InstallDisk: cf(FieldInstallDisk), Site: d.Site.Slug, Role: d.Role.Slug, EKPins: splitPins(cf(FieldEKPins)),
-		EKSource: cf(FieldEKSource), EKReference: cf(FieldEKReference)}
+		EKSource: cf(FieldEKSource), EKReference: cf(FieldEKReference),
+		SwitchChassis: cf(FieldExpectedChassis), SwitchPort: cf(FieldExpectedPort)}
 	if decl.Class == "" {
 		decl.Class = d.Role.Slug
 	}

@@ -51,6 +51,7 @@ func web(name, serial string, pins ...string) netboxfake.Device {
 	return netboxfake.Device{Name: name, Serial: serial, Site: "rack1", Role: "worker", CustomFields: map[string]any{
 		"product_uuid": "6A1F5C1E-0000-4000-8000-00000000000" + name[len(name)-1:], "class": "worker",
 		"install_disk": " /dev/sda ", "ek_pins": strings.Join(pins, ","), "ek_source": "receiving-scan",
+		"expected_chassis": "sw-01", "expected_port": "Gi1/0/17",
 	}}
 }
 
@@ -90,7 +91,7 @@ func TestBindingsAreHonouredOnlyFromTheDeclarerUser(t *testing.T) {
 
 	d, err := s.Get(ctx, "web-1")
 	if err != nil || d.Site != "rack2" || d.Class != "worker" || d.ProductUUID != "6a1f5c1e-0000-4000-8000-000000000001" || len(d.EKPins) != 1 ||
-		d.InstallDisk != "/dev/sda" {
+		d.InstallDisk != "/dev/sda" || d.SwitchChassis != "sw-01" || d.SwitchPort != "Gi1/0/17" {
 		t.Errorf("Get(web-1) = %+v, %v", d, err)
 	}
 	if _, err := s.Get(ctx, "web-9"); !errors.Is(err, store.ErrNotFound) {
