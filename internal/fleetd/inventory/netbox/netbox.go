@@ -30,9 +30,9 @@ const (
 	// and port the machine's network report must name (expected_port).
 	FieldExpectedChassis = "expected_chassis"
 	FieldExpectedPort    = "expected_port"
-	FieldEKPins      = "ek_pins"
-	FieldEKSource    = "ek_source"
-	FieldEKReference = "ek_reference"
+	FieldEKPins          = "ek_pins"
+	FieldEKSource        = "ek_source"
+	FieldEKReference     = "ek_reference"
 )
 
 // bindingFields are the custom fields of an EK binding.
