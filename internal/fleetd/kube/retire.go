@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -69,9 +70,11 @@ func Retire(ctx context.Context, client kubernetes.Interface, node string, o Ret
 	var errs []error
 	// The tokens first: whatever happens to the drain, the node cannot
 	// join again with one.
-	n, err := DeleteBootstrapTokens(ctx, client, node)
-	res.TokensDeleted = n
-	errs = append(errs, err)
+	if len(validation.IsValidLabelValue(node)) == 0 { // else no token can be the node's
+		n, err := DeleteBootstrapTokens(ctx, client, node)
+		res.TokensDeleted = n
+		errs = append(errs, err)
+	}
 	drained, err := drain(ctx, client, node, o, &res)
 	errs = append(errs, err)
 	if drained {
@@ -83,7 +86,7 @@ func Retire(ctx context.Context, client kubernetes.Interface, node string, o Ret
 			errs = append(errs, fmt.Errorf("delete Node %s: %w", node, err))
 		}
 	}
-	n, err = deleteNodeCSRs(ctx, client, node)
+	n, err := deleteNodeCSRs(ctx, client, node)
 	res.CSRsDeleted = n
 	errs = append(errs, err)
 	return res, errors.Join(errs...)

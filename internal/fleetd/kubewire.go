@@ -1,0 +1,244 @@
+package fleetd
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodetrust/nodetrust/internal/fileperm"
+	"github.com/nodetrust/nodetrust/internal/fleetd/config"
+	"github.com/nodetrust/nodetrust/internal/fleetd/kube"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/logkey"
+)
+
+// kubeWiring is what [kubernetes] makes (docs/kubernetes.md): the client,
+// the approver's loop, the retirement of nodes from the cluster, and the
+// cordon actuator when [actuator] kind = "kubernetes".
+type kubeWiring struct {
+	client   kubernetes.Interface
+	retirer  *kubeRetirer
+	cordoner *kube.Cordoner
+}
+
+// openKubernetes builds the wiring of [kubernetes], or nil without it.
+// The kubeconfig holds a credential: one others may read stops the start.
+func openKubernetes(cfg *config.Fleetd, log *slog.Logger) (*kubeWiring, error) {
+	k := cfg.Kubernetes
+	if !k.Enabled() {
+		if cfg.Actuator.Kind == config.ActuatorKubernetes {
+			return nil, fmt.Errorf("actuator.kind = %q needs kubernetes.kubeconfig", config.ActuatorKubernetes)
+		}
+		return nil, nil
+	}
+	path := cfg.Resolve(k.Kubeconfig)
+	open, mode, err := fileperm.OthersCanRead(path)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
+	}
+	if open {
+		return nil, fmt.Errorf("kubernetes.kubeconfig: %s has mode %04o and holds fleetd's credential in the cluster: chmod 600 %s", path, mode.Perm(), path)
+	}
+	client, err := kube.NewClient(path)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
+	}
+	w := &kubeWiring{client: client, retirer: &kubeRetirer{client: client, log: log.With("component", "kubernetes"),
+		opts: kube.RetireOptions{DrainTimeout: k.DrainTimeout.Duration}, retry: k.RetireRetry.Duration}}
+	if cfg.Actuator.Kind == config.ActuatorKubernetes {
+		w.cordoner = kube.NewCordoner(client, cfg.BootPolicy.ControlPlaneClasses)
+	}
+	return w, nil
+}
+
+// approverMetrics counts the approver's decisions.
+type approverMetrics struct {
+	decisions *prometheus.CounterVec
+	errors    prometheus.Counter
+}
+
+func newApproverMetrics(reg prometheus.Registerer) *approverMetrics {
+	m := &approverMetrics{
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodetrust_kube_csr_decisions_total",
+			Help: "Kubelet client certificate requests decided, by decision (approved, denied, ignored: an ignored request is counted each time it is seen)."},
+			[]string{"decision"}),
+		errors: prometheus.NewCounter(prometheus.CounterOpts{Name: "nodetrust_kube_approver_errors_total",
+			Help: "Failures of the bootstrap approver to read or decide requests (retried)."}),
+	}
+	for _, o := range []kube.Outcome{kube.Approved, kube.Denied, kube.Ignored} {
+		m.decisions.WithLabelValues(string(o))
+	}
+	if reg != nil {
+		reg.MustRegister(m.decisions, m.errors)
+	}
+	return m
+}
+
+// runApprover decides kubelet client requests until ctx ends, logging and
+// counting each decision (a decision names the token's id, never its
+// secret). A failure that repeats is logged once a minute.
+func runApprover(ctx context.Context, a *kube.Approver, m *approverMetrics, log *slog.Logger) {
+	var lastErr string
+	var lastAt time.Time
+	a.Run(ctx, func(d kube.Decision) {
+		m.decisions.WithLabelValues(string(d.Outcome)).Inc()
+		attrs := []any{"csr", d.CSR, "decision", string(d.Outcome), logkey.Reason, d.Reason, "token_id", d.TokenID,
+			logkey.NodeID, d.Node, "requested_node", d.Requested, "detail", d.Detail}
+		switch d.Outcome {
+		case kube.Approved:
+			log.InfoContext(ctx, "kubelet certificate request approved", attrs...)
+		case kube.Denied:
+			log.WarnContext(ctx, "kubelet certificate request denied", attrs...)
+		default:
+			// Left for the controller manager; seen again on each change.
+			log.DebugContext(ctx, "kubelet certificate request ignored", attrs...)
+		}
+	}, func(err error) {
+		m.errors.Inc()
+		if ctx.Err() != nil {
+			return
+		}
+		if msg := err.Error(); msg != lastErr || time.Since(lastAt) > time.Minute {
+			lastErr, lastAt = msg, time.Now()
+			log.ErrorContext(ctx, "bootstrap approver: kubelet certificate requests wait until the cluster answers again; it retries every second", logkey.Error, err)
+		}
+	})
+}
+
+// kubeRetirer removes retired nodes from the cluster (kube.Retire): a
+// retirement hook that queues the node and returns at once, so that a
+// retirement never waits on the cluster; Loop works the queue and retries
+// what failed (the API server down, a drain that timed out) every retry,
+// with an error log and a metric each time. The queue is in memory: a
+// restart of fleetd forgets it (docs/kubernetes.md says what to do).
+type kubeRetirer struct {
+	client kubernetes.Interface
+	opts   kube.RetireOptions
+	retry  time.Duration
+	log    *slog.Logger
+
+	outcomes *prometheus.CounterVec
+	pending  prometheus.Gauge
+
+	mu    sync.Mutex
+	queue []string
+	wake  chan struct{}
+	once  sync.Once
+}
+
+func (r *kubeRetirer) init() {
+	r.once.Do(func() {
+		r.wake = make(chan struct{}, 1)
+		r.outcomes = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "nodetrust_kube_retirements_total",
+			Help: "Removals of retired nodes from the cluster (drain, Node, requests, tokens), by outcome (done, failed: retried)."}, []string{"outcome"})
+		r.pending = prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodetrust_kube_retirements_pending",
+			Help: "Retired nodes whose removal from the cluster has not succeeded yet."})
+		r.outcomes.WithLabelValues("done")
+		r.outcomes.WithLabelValues("failed")
+	})
+}
+
+// register adds the retirer's metrics to reg.
+func (r *kubeRetirer) register(reg prometheus.Registerer) {
+	r.init()
+	reg.MustRegister(r.outcomes, r.pending)
+}
+
+// Name names the retirement hook.
+func (r *kubeRetirer) Name() string { return "kubernetes" }
+
+// Retired queues n's removal from the cluster. A node id that cannot name
+// a Node has nothing there.
+func (r *kubeRetirer) Retired(_ context.Context, n store.Node, _ string) error {
+	r.init()
+	if len(validation.IsDNS1123Subdomain(n.ID)) > 0 {
+		return nil
+	}
+	r.mu.Lock()
+	if !slices.Contains(r.queue, n.ID) {
+		r.queue = append(r.queue, n.ID)
+	}
+	r.pending.Set(float64(len(r.queue)))
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Loop works the queue until ctx ends: at once when a node is queued, and
+// every retry while some removal failed.
+func (r *kubeRetirer) Loop(ctx context.Context) {
+	r.init()
+	t := time.NewTicker(r.retry)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-t.C:
+		}
+		r.runQueue(ctx)
+	}
+}
+
+// runQueue tries each queued removal once, and reports how many are left.
+func (r *kubeRetirer) runQueue(ctx context.Context) int {
+	r.mu.Lock()
+	nodes := slices.Clone(r.queue)
+	r.mu.Unlock()
+	for _, node := range nodes {
+		if ctx.Err() != nil {
+			break
+		}
+		res, err := kube.Retire(ctx, r.client, node, r.opts)
+		if err != nil {
+			r.outcomes.WithLabelValues("failed").Inc()
+			r.log.ErrorContext(ctx, "ALERT: the retired node is not yet removed from the cluster; retried", logkey.NodeID, node, "retry", r.retry,
+				"evicted", len(res.Evicted), "blocked", res.Blocked, "node_deleted", res.NodeDeleted, "csrs_deleted", res.CSRsDeleted,
+				"tokens_deleted", res.TokensDeleted, logkey.Error, err)
+			continue
+		}
+		r.outcomes.WithLabelValues("done").Inc()
+		r.log.InfoContext(ctx, "retired node removed from the cluster", logkey.NodeID, node, "evicted", len(res.Evicted),
+			"node_deleted", res.NodeDeleted, "csrs_deleted", res.CSRsDeleted, "tokens_deleted", res.TokensDeleted)
+		r.mu.Lock()
+		r.queue = slices.DeleteFunc(r.queue, func(s string) bool { return s == node })
+		r.mu.Unlock()
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending.Set(float64(len(r.queue)))
+	return len(r.queue)
+}
+
+// kubeRelease uncordons a released node's Node, if fleetd cordoned it.
+type kubeRelease struct {
+	cordoner *kube.Cordoner
+	log      *slog.Logger
+}
+
+// Name names the release hook.
+func (k kubeRelease) Name() string { return "kubernetes" }
+
+// Released uncordons n's Node; an error is the release's warning, and the
+// operator uncordons by hand (kubectl uncordon).
+func (k kubeRelease) Released(ctx context.Context, n store.Node, _ string) error {
+	did, err := k.cordoner.Uncordon(ctx, n.ID)
+	if err != nil {
+		return fmt.Errorf("%w: uncordon it by hand (kubectl uncordon %s)", err, n.ID)
+	}
+	if did {
+		k.log.InfoContext(ctx, "released node uncordoned", logkey.NodeID, n.ID)
+	}
+	return nil
+}
