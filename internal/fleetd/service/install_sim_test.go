@@ -38,6 +38,9 @@ type installEnv struct {
 	*env
 	m   *tpmMachine
 	res *joinv1.IntakeResult
+	// set are the Install RPC's settings, for a test to change and set
+	// again.
+	set service.InstallSettings
 }
 
 const installTmpl = "node={{.node.name}} site={{.node.site}} token={{.join_credential}}\n"
@@ -59,8 +62,9 @@ func newInstallEnv(t *testing.T, site string) *installEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.srv.SetInstall(service.InstallSettings{Releaser: rel, Renderers: render.NewRegistry(map[string]render.Renderer{"worker": tmpl}),
-		Fleetd: render.Fleetd{Server: "fleetd.example.org:8443"}, CredentialLifetime: 6 * time.Hour})
+	set := service.InstallSettings{Releaser: rel, Renderers: render.NewRegistry(map[string]render.Renderer{"worker": tmpl}),
+		Fleetd: render.Fleetd{Server: "fleetd.example.org:8443"}, CredentialLifetime: 6 * time.Hour}
+	e.srv.SetInstall(set)
 	ekPin, err := attest.EKPin(m.ek.Public)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +76,7 @@ func newInstallEnv(t *testing.T, site string) *installEnv {
 	if err != nil {
 		t.Fatalf("intake: %v", err)
 	}
-	return &installEnv{env: e, m: m, res: res}
+	return &installEnv{env: e, m: m, res: res, set: set}
 }
 
 // report is what the machine saw at the server's now plus ago.
