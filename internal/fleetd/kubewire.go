@@ -2,6 +2,7 @@ package fleetd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
@@ -28,9 +30,10 @@ type kubeWiring struct {
 	cordoner *kube.Cordoner
 }
 
-// openKubernetes builds the wiring of [kubernetes], or nil without it.
-// The kubeconfig holds a credential: one others may read stops the start.
-func openKubernetes(cfg *config.Fleetd, log *slog.Logger) (*kubeWiring, error) {
+// openKubernetes builds the wiring of [kubernetes], or nil without it;
+// nodes is the store the retirer's sweep reads. The kubeconfig holds a
+// credential: one others may read stops the start.
+func openKubernetes(cfg *config.Fleetd, nodes store.Store, log *slog.Logger) (*kubeWiring, error) {
 	k := cfg.Kubernetes
 	if !k.Enabled() {
 		if cfg.Actuator.Kind == config.ActuatorKubernetes {
@@ -50,7 +53,7 @@ func openKubernetes(cfg *config.Fleetd, log *slog.Logger) (*kubeWiring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
 	}
-	w := &kubeWiring{client: client, retirer: &kubeRetirer{client: client, log: log.With("component", "kubernetes"),
+	w := &kubeWiring{client: client, retirer: &kubeRetirer{client: client, nodes: nodes, log: log.With("component", "kubernetes"),
 		opts: kube.RetireOptions{DrainTimeout: k.DrainTimeout.Duration}, retry: k.RetireRetry.Duration}}
 	if cfg.Actuator.Kind == config.ActuatorKubernetes {
 		w.cordoner = kube.NewCordoner(client, cfg.BootPolicy.ControlPlaneClasses)
@@ -116,13 +119,17 @@ func runApprover(ctx context.Context, a *kube.Approver, m *approverMetrics, log 
 // retirement hook that queues the node and returns at once, so that a
 // retirement never waits on the cluster; Loop works the queue and retries
 // what failed (the API server down, a drain that timed out) every retry,
-// with an error log and a metric each time. The queue is in memory: a
-// restart of fleetd forgets it (docs/kubernetes.md says what to do).
+// with an error log and a metric each time. The queue is in memory; what
+// a restart forgot, the sweep at the start of Loop finds again: a Node, or
+// a token of fleetd's, named as a node the store says is retired.
 type kubeRetirer struct {
 	client kubernetes.Interface
-	opts   kube.RetireOptions
-	retry  time.Duration
-	log    *slog.Logger
+	// nodes is the store, which the sweep asks for retired nodes; nil:
+	// no sweep.
+	nodes store.Store
+	opts  kube.RetireOptions
+	retry time.Duration
+	log   *slog.Logger
 
 	outcomes *prometheus.CounterVec
 	pending  prometheus.Gauge
@@ -175,20 +182,65 @@ func (r *kubeRetirer) Retired(_ context.Context, n store.Node, _ string) error {
 }
 
 // Loop works the queue until ctx ends: at once when a node is queued, and
-// every retry while some removal failed.
+// every retry while some removal failed. It sweeps first, and at each
+// retry until a sweep succeeds.
 func (r *kubeRetirer) Loop(ctx context.Context) {
 	r.init()
 	t := time.NewTicker(r.retry)
 	defer t.Stop()
+	swept := r.nodes == nil
 	for {
+		if !swept {
+			if err := r.sweep(ctx); err != nil {
+				if ctx.Err() == nil {
+					r.log.WarnContext(ctx, "the sweep for retired nodes left in the cluster failed; retried", "retry", r.retry, logkey.Error, err)
+				}
+			} else {
+				swept = true
+			}
+		}
+		r.runQueue(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-r.wake:
 		case <-t.C:
 		}
-		r.runQueue(ctx)
 	}
+}
+
+// sweep queues each Node of the cluster, and each node with a bootstrap
+// token of fleetd's, that the store says is retired: removals a restart
+// of fleetd forgot.
+func (r *kubeRetirer) sweep(ctx context.Context) error {
+	names := map[string]bool{}
+	nodes, err := r.client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list Nodes: %w", err)
+	}
+	for _, n := range nodes.Items {
+		names[n.Name] = true
+	}
+	tokens, err := r.client.CoreV1().Secrets(kube.TokenNamespace).List(ctx, metav1.ListOptions{LabelSelector: kube.NodeLabel})
+	if err != nil {
+		return fmt.Errorf("list bootstrap tokens: %w", err)
+	}
+	for _, s := range tokens.Items {
+		names[s.Labels[kube.NodeLabel]] = true
+	}
+	for name := range names {
+		n, err := r.nodes.GetNode(ctx, name)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("look up node %s: %w", name, err)
+		}
+		if n.State == store.StateRetired {
+			_ = r.Retired(ctx, n, "")
+		}
+	}
+	return nil
 }
 
 // runQueue tries each queued removal once, and reports how many are left.

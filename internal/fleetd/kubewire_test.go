@@ -33,8 +33,13 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/kube"
 	"github.com/nodetrust/nodetrust/internal/fleetd/kube/kubetest"
+	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 )
+
+// Each test starts its own control plane (no kubetest.Main), so that the
+// fixed names of its objects hold under -count=N.
 
 // kubeWaitTimeout bounds each wait for the cluster to act.
 const kubeWaitTimeout = time.Minute
@@ -162,11 +167,11 @@ func TestKubernetesWiring(t *testing.T) {
 	dir := t.TempDir()
 	writeKubeconfig(t, dir, sa, 0o644)
 	cfg := loadKubeConfig(t, dir, "[actuator]\nkind = \"kubernetes\"\n")
-	if _, err := openKubernetes(cfg, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "chmod 600") {
+	if _, err := openKubernetes(cfg, nil, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Fatalf("a kubeconfig others may read: %v, want a refusal saying chmod 600", err)
 	}
 	writeKubeconfig(t, dir, sa, 0o600)
-	kw, err := openKubernetes(cfg, slog.New(slog.DiscardHandler))
+	kw, err := openKubernetes(cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil || kw == nil || kw.cordoner == nil {
 		t.Fatalf("open [kubernetes]: %v, %v", kw, err)
 	}
@@ -274,6 +279,66 @@ func TestKubernetesWiring(t *testing.T) {
 	})
 }
 
+// TestRetirementSweepAfterARestart: the sweep queues a Node and a token
+// named as a node the store says is retired (a removal a restart of fleetd
+// forgot), and only those: an active node's Node and a Node fleetd never
+// heard of stay.
+func TestRetirementSweepAfterARestart(t *testing.T) {
+	c := kubetest.Start(t)
+	ctx := t.Context()
+	admin := c.Admin(t)
+	db, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "fleetd.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	now := time.Now()
+	for _, id := range []string{"sweep-old", "sweep-gone", "sweep-alive"} {
+		if err := db.CompleteJoin(ctx, store.Join{Now: now, Node: store.Node{ID: id, State: store.StateActive, Generation: 1},
+			Cert: store.Cert{Serial: "s-" + id, NodeID: id, Generation: 1, Kind: "join", IssuedAt: now, NotAfter: now.Add(time.Hour)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &lifecycle.Manager{Store: db}
+	for _, id := range []string{"sweep-old", "sweep-gone"} {
+		if _, err := m.Retire(ctx, id, "admin:op", "end of life", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []string{"sweep-old", "sweep-alive", "sweep-stranger"} {
+		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// sweep-gone has no Node left, but a token.
+	tok, err := kube.IssueBootstrapToken(ctx, admin, "sweep-gone", time.Hour, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &kubeRetirer{client: admin, nodes: db, log: slog.New(slog.DiscardHandler), retry: time.Second}
+	r.register(prometheus.NewRegistry())
+	if err := r.sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if left := r.runQueue(ctx); left != 0 {
+		t.Fatalf("%d removals left", left)
+	}
+	if n := testutil.ToFloat64(r.outcomes.WithLabelValues("done")); n != 2 {
+		t.Errorf("removals done: %v, want 2 (sweep-old, sweep-gone)", n)
+	}
+	if _, err := admin.CoreV1().Nodes().Get(ctx, "sweep-old", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the retired node's Node: %v, want it deleted", err)
+	}
+	if _, err := admin.CoreV1().Secrets(kube.TokenNamespace).Get(ctx, "bootstrap-token-"+tok.ID, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the retired node's token: %v, want it deleted", err)
+	}
+	for _, n := range []string{"sweep-alive", "sweep-stranger"} {
+		if _, err := admin.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{}); err != nil {
+			t.Errorf("Node %s: %v, want it kept", n, err)
+		}
+	}
+}
+
 // TestRetirementWithTheClusterDown: a retirement returns at once with the
 // API server unreachable; its removal from the cluster fails, is counted,
 // and stays queued for the next try.
@@ -287,7 +352,7 @@ func TestRetirementWithTheClusterDown(t *testing.T) {
 	dir := t.TempDir()
 	writeKubeconfig(t, dir, &rest.Config{Host: "https://" + addr, BearerToken: "not-a-real-token"}, 0o600)
 	cfg := loadKubeConfig(t, dir, "")
-	kw, err := openKubernetes(cfg, slog.New(slog.DiscardHandler))
+	kw, err := openKubernetes(cfg, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -308,5 +373,3 @@ func TestRetirementWithTheClusterDown(t *testing.T) {
 		t.Errorf("pending removals: %v, want 1", n)
 	}
 }
-
-func TestMain(m *testing.M) { kubetest.Main(m) }

@@ -110,7 +110,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	// [kubernetes]: the approver, the workers' bootstrap tokens, the
 	// retirement's drain, and the cordon when [actuator] kind says so.
-	kw, err := openKubernetes(cfg, log)
+	kw, err := openKubernetes(cfg, st, log)
 	if err != nil {
 		return err
 	}
