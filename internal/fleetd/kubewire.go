@@ -272,25 +272,3 @@ func (r *kubeRetirer) runQueue(ctx context.Context) int {
 	r.pending.Set(float64(len(r.queue)))
 	return len(r.queue)
 }
-
-// kubeRelease uncordons a released node's Node, if fleetd cordoned it.
-type kubeRelease struct {
-	cordoner *kube.Cordoner
-	log      *slog.Logger
-}
-
-// Name names the release hook.
-func (k kubeRelease) Name() string { return "kubernetes" }
-
-// Released uncordons n's Node; an error is the release's warning, and the
-// operator uncordons by hand (kubectl uncordon).
-func (k kubeRelease) Released(ctx context.Context, n store.Node, _ string) error {
-	did, err := k.cordoner.Uncordon(ctx, n.ID)
-	if err != nil {
-		return fmt.Errorf("%w: uncordon it by hand (kubectl uncordon %s)", err, n.ID)
-	}
-	if did {
-		k.log.InfoContext(ctx, "released node uncordoned", logkey.NodeID, n.ID)
-	}
-	return nil
-}

@@ -235,7 +235,7 @@ func TestKubernetesWiring(t *testing.T) {
 		if err := a.Cordon(ctx, actuator.Cordon{NodeID: "wire-cp", Class: "control-plane"}); !errors.Is(err, kube.ErrControlPlane) || cordoned("wire-cp") {
 			t.Fatalf("a control-plane machine with a failed verdict: %v, cordoned %v", err, cordoned("wire-cp"))
 		}
-		rel := kubeRelease{cordoner: kw.cordoner, log: slog.New(slog.DiscardHandler)}
+		var rel lifecycle.ReleaseHook = kw.cordoner
 		if err := rel.Released(ctx, store.Node{ID: "wire-worker"}, "checked"); err != nil || cordoned("wire-worker") {
 			t.Fatalf("release: %v, still cordoned %v", err, cordoned("wire-worker"))
 		}

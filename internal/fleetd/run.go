@@ -117,7 +117,7 @@ func Run(ctx context.Context, o Options) error {
 	var releaseHooks []lifecycle.ReleaseHook
 	if kw != nil && kw.cordoner != nil {
 		boot.actuator = kw.cordoner
-		releaseHooks = append(releaseHooks, kubeRelease{cordoner: kw.cordoner, log: log.With("component", "kubernetes")})
+		releaseHooks = append(releaseHooks, kw.cordoner)
 	}
 	// Each class's machine-config renderer, read now so that a template
 	// that does not parse or a secrets bundle that does not load stops the
