@@ -36,6 +36,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // Each test starts its own control plane (no kubetest.Main), so that the
@@ -140,6 +141,72 @@ func waitCSRDecided(t *testing.T, admin kubernetes.Interface, name string) certi
 	return ""
 }
 
+// applyManifests applies deploy/kubernetes and returns a client
+// configuration of fleetd's ServiceAccount.
+func applyManifests(t *testing.T, c *kubetest.Cluster) *rest.Config {
+	t.Helper()
+	for _, name := range []string{"fleetd.yaml", "node-bootstrap.yaml", "admission.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Apply(t.Context(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa, err := c.ServiceAccountConfig(t.Context(), "nodetrust", "fleetd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sa
+}
+
+// TestServeRunsTheApprover: Run with [kubernetes] starts the approver,
+// which approves a node's own request in a real API server, and stops
+// with Run.
+func TestServeRunsTheApprover(t *testing.T) {
+	c := kubetest.Start(t)
+	sa := applyManifests(t, c)
+	dir := t.TempDir()
+	for _, d := range []string{"pki", "data"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pki.Init(filepath.Join(dir, "pki"), pki.InitOptions{TrustDomain: "example.test", ServerName: "localhost"}); err != nil {
+		t.Fatal(err)
+	}
+	writeKubeconfig(t, dir, sa, 0o600)
+	cfg := loadKubeConfig(t, dir, "listen = \"127.0.0.1:0\"\n[actuator]\nkind = \"kubernetes\"\n")
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, Options{Config: cfg, Ready: func(string, string) { close(ready) }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("fleetd did not start: %v", err)
+	}
+	_, bearer, _, err := kube.TokenIssuer{Client: c.Admin(t), TTL: time.Hour}.IssueBootstrapToken(t.Context(), "serve-a", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, err := bootstrapCSR(t, c, bearer, "serve-a", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := waitCSRDecided(t, c.Admin(t), csr.Name); got != certificatesv1.CertificateApproved {
+		t.Fatalf("the node's own request was %s by fleetd serve", got)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("fleetd stopped with %v", err)
+	}
+}
+
 // TestKubernetesWiring: with [kubernetes] and [actuator] kind =
 // "kubernetes", fleetd's pieces act on a real API server as fleetd's
 // ServiceAccount, through the kubeconfig file: the approver running as in
@@ -151,19 +218,7 @@ func TestKubernetesWiring(t *testing.T) {
 	c := kubetest.Start(t)
 	ctx := t.Context()
 	admin := c.Admin(t)
-	for _, name := range []string{"fleetd.yaml", "node-bootstrap.yaml", "admission.yaml"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "kubernetes", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Apply(ctx, b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sa, err := c.ServiceAccountConfig(ctx, "nodetrust", "fleetd")
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa := applyManifests(t, c)
 	dir := t.TempDir()
 	writeKubeconfig(t, dir, sa, 0o644)
 	cfg := loadKubeConfig(t, dir, "[actuator]\nkind = \"kubernetes\"\n")
