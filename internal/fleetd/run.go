@@ -25,6 +25,7 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/install"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory"
 	"github.com/nodetrust/nodetrust/internal/fleetd/inventory/netbox"
+	"github.com/nodetrust/nodetrust/internal/fleetd/kube"
 	"github.com/nodetrust/nodetrust/internal/fleetd/lifecycle"
 	"github.com/nodetrust/nodetrust/internal/fleetd/pkcs11key"
 	"github.com/nodetrust/nodetrust/internal/fleetd/render"
@@ -107,6 +108,17 @@ func Run(ctx context.Context, o Options) error {
 	if boot.log != nil {
 		defer boot.log.Close()
 	}
+	// [kubernetes]: the approver, the workers' bootstrap tokens, the
+	// retirement's drain, and the cordon when [actuator] kind says so.
+	kw, err := openKubernetes(cfg, st, log)
+	if err != nil {
+		return err
+	}
+	var releaseHooks []lifecycle.ReleaseHook
+	if kw != nil && kw.cordoner != nil {
+		boot.actuator = kw.cordoner
+		releaseHooks = append(releaseHooks, kw.cordoner)
+	}
 	// Each class's machine-config renderer, read now so that a template
 	// that does not parse or a secrets bundle that does not load stops the
 	// start, naming the setting (docs/install.md). The install flow is to
@@ -135,6 +147,9 @@ func Run(ctx context.Context, o Options) error {
 		spire = &spireexport.Runner{Applier: &spireexport.Applier{SPIRE: client, Threshold: cfg.Export.SPIRE.Threshold},
 			Interval: cfg.Export.SPIRE.Interval.Duration, Log: log.With("component", "spire-export")}
 		hooks = append(hooks, spire)
+	}
+	if kw != nil {
+		hooks = append(hooks, kw.retirer)
 	}
 	srv, err := service.New(service.Config{
 		BootPolicy:          boot.policies,
@@ -172,6 +187,7 @@ func Run(ctx context.Context, o Options) error {
 		MaxClaims:         cfg.Inventory.MaxClaims,
 
 		RetireHooks:          hooks,
+		ReleaseHooks:         releaseHooks,
 		ExportEligibleStates: cfg.Export.EligibleStates,
 	})
 	if err != nil {
@@ -211,6 +227,9 @@ func Run(ctx context.Context, o Options) error {
 				return err
 			}
 			set.Provisioner = prov
+		}
+		if kw != nil {
+			set.KubeTokens = kube.TokenIssuer{Client: kw.client, TTL: cfg.Kubernetes.TokenLifetime.Duration}
 		}
 		srv.SetInstall(set)
 	} else if cfg.Tinkerbell.Enabled() {
@@ -297,6 +316,16 @@ func Run(ctx context.Context, o Options) error {
 	}
 	running++
 	go func() { releaser.Run(serveCtx); errc <- nil }()
+	if kw != nil {
+		kw.retirer.register(srv.MetricsRegistry())
+		am := newApproverMetrics(srv.MetricsRegistry())
+		klog := log.With("component", "kubernetes")
+		running += 2
+		go func() { runApprover(serveCtx, kube.NewApprover(kw.client), am, klog); errc <- nil }()
+		go func() { kw.retirer.Loop(serveCtx); errc <- nil }()
+		log.InfoContext(ctx, "Kubernetes actions on", "kubeconfig", cfg.Resolve(cfg.Kubernetes.Kubeconfig), "cordon", kw.cordoner != nil,
+			"token_lifetime", cfg.Kubernetes.TokenLifetime.Duration, "drain_timeout", cfg.Kubernetes.DrainTimeout.Duration)
+	}
 	log.InfoContext(ctx, "fleetd serving", "grpc", ln.Addr().String(), "https", httpAddr, "trust_domain", auth.TrustDomain, "store", cfg.Store.Driver)
 	if o.Ready != nil {
 		o.Ready(ln.Addr().String(), httpAddr)

@@ -41,6 +41,9 @@ func TestLoadFleetd(t *testing.T) {
 	if inv := c.Inventory; inv.Required || inv.AutoProvision || inv.Source != "fleetd" || len(inv.Classes) != 3 || inv.MaxClaims != 10000 {
 		t.Errorf("default [inventory] %+v", inv)
 	}
+	if k := c.Kubernetes; k.Enabled() || k.TokenLifetime.Duration != 8*time.Hour || k.DrainTimeout.Duration != 2*time.Minute || k.RetireRetry.Duration != time.Minute || c.Actuator.Kind != "" {
+		t.Errorf("default [kubernetes] %+v, actuator kind %q", k, c.Actuator.Kind)
+	}
 	if b := c.BootPolicy; b.Dir != "" || b.VerdictLogMaxBytes != 10<<20 || b.VerdictLogKeep != 5 || b.StaleAfter.Duration != 150*time.Minute {
 		t.Errorf("default boot_policy %+v", b)
 	}
@@ -58,6 +61,13 @@ func TestLoadFleetdRefusals(t *testing.T) {
 		{"netbox without a url", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nsource = \"netbox\"\n", "inventory.netbox.url is required"},
 		{"netbox without a declarer", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nsource = \"netbox\"\n[inventory.netbox]\nurl = \"https://nb\"\ntoken_file = \"t\"\n", "declarer_user is required"},
 		{"a bad class", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nclasses = [\"Worker\"]\n", "inventory.classes"},
+		{"a kubernetes actuator without a cluster", "pki_dir = \"p\"\ndata_dir = \"d\"\n[actuator]\nkind = \"kubernetes\"\n", "needs kubernetes.kubeconfig"},
+		{"a kubernetes actuator with a webhook", "pki_dir = \"p\"\ndata_dir = \"d\"\n[actuator]\nkind = \"kubernetes\"\nwebhook_url = \"https://h\"\n[kubernetes]\nkubeconfig = \"k\"\n", "actuator.webhook_url"},
+		{"a webhook actuator without a URL", "pki_dir = \"p\"\ndata_dir = \"d\"\n[actuator]\nkind = \"webhook\"\n", "actuator.webhook_url is required"},
+		{"an unknown actuator", "pki_dir = \"p\"\ndata_dir = \"d\"\n[actuator]\nkind = \"ipmi\"\n", "actuator.kind"},
+		{"a short bootstrap token", "pki_dir = \"p\"\ndata_dir = \"d\"\n[kubernetes]\nkubeconfig = \"k\"\ntoken_lifetime = \"10m\"\n", "kubernetes.token_lifetime"},
+		{"a long drain", "pki_dir = \"p\"\ndata_dir = \"d\"\n[kubernetes]\nkubeconfig = \"k\"\ndrain_timeout = \"2h\"\n", "kubernetes.drain_timeout"},
+		{"a zero retry", "pki_dir = \"p\"\ndata_dir = \"d\"\n[kubernetes]\nretire_retry = \"10ms\"\n", "kubernetes.retire_retry"},
 		{"no claims kept", "pki_dir = \"p\"\ndata_dir = \"d\"\n[inventory]\nmax_claims = -1\n", "inventory.max_claims"},
 		{"a negative connection limit", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nmax_connections = -1\n", "limits.max_connections"},
 		{"a per-source limit above the total", "pki_dir = \"p\"\ndata_dir = \"d\"\n[limits]\nmax_connections = 10\nmax_connections_per_source = 11\n", "limits.max_connections_per_source"},

@@ -79,6 +79,9 @@ type Fleetd struct {
 	// Tinkerbell configures the Tinkerbell objects of each issued install
 	// (docs/install.md, "Tinkerbell").
 	Tinkerbell Tinkerbell `toml:"tinkerbell"`
+	// Kubernetes configures what fleetd does in the workers' cluster
+	// (docs/kubernetes.md); without a kubeconfig, nothing.
+	Kubernetes Kubernetes `toml:"kubernetes"`
 
 	// path is the file this was read from; relative paths resolve
 	// against its directory.
@@ -240,14 +243,51 @@ type BootPolicy struct {
 	StaleAfter Duration `toml:"stale_after"`
 }
 
+// Actuator kinds, [actuator] kind.
+const (
+	ActuatorWebhook    = "webhook"
+	ActuatorKubernetes = "kubernetes"
+)
+
 // Actuator says where cordon requests go when a worker is quarantined by
 // its boot policy (docs/boot-policy.md).
 type Actuator struct {
+	// Kind is "webhook" (a JSON POST to WebhookURL) or "kubernetes" (the
+	// Node is cordoned through [kubernetes]'s kubeconfig, and uncordoned
+	// at release). Empty: "webhook" when WebhookURL is set, else none.
+	Kind string `toml:"kind"`
 	// WebhookURL receives each request as a JSON POST; empty: none.
 	WebhookURL string `toml:"webhook_url"`
 	// WebhookTimeout bounds one request (default 10s).
 	WebhookTimeout Duration `toml:"webhook_timeout"`
 }
+
+// Kubernetes is the [kubernetes] section: the workers' cluster, which
+// fleetd acts on (docs/kubernetes.md). Without a kubeconfig fleetd takes
+// no Kubernetes action. The bootstrap tokens live in kube-system, the one
+// namespace the API server reads them from.
+type Kubernetes struct {
+	// Kubeconfig is a kubeconfig file for fleetd's identity in the
+	// cluster (deploy/kubernetes/fleetd.yaml's ServiceAccount, or one
+	// with its rights), mode 0600: it holds a credential. Relative to
+	// fleetd.toml's folder.
+	Kubeconfig string `toml:"kubeconfig"`
+	// TokenLifetime is how long a worker's own bootstrap token, which
+	// its rendered config carries, is accepted (default 8h; 1h to 7
+	// days): as long as the join credential beside it, by default.
+	TokenLifetime Duration `toml:"token_lifetime"`
+	// DrainTimeout bounds the drain of a retired worker (default 2m; 5s
+	// to 1h): evictions a PodDisruptionBudget refuses are retried until
+	// then, and the drain is then reported as failed and tried again.
+	DrainTimeout Duration `toml:"drain_timeout"`
+	// RetireRetry is the wait before a retirement whose Kubernetes part
+	// failed (the API server down, a drain timed out) is tried again
+	// (default 1m; 1s to 1h).
+	RetireRetry Duration `toml:"retire_retry"`
+}
+
+// Enabled reports whether [kubernetes] names a cluster.
+func (k *Kubernetes) Enabled() bool { return k.Kubeconfig != "" }
 
 // PKCS11 says how to reach the PKCS#11 tokens that hold keys of the PKI
 // (docs/pki.md). A key's own URI (its <use>.keyref in pki_dir) may name
@@ -429,6 +469,18 @@ func (c *Fleetd) applyDefaults() {
 	if c.Actuator.WebhookTimeout.Duration == 0 {
 		c.Actuator.WebhookTimeout.Duration = 10 * time.Second
 	}
+	if c.Actuator.Kind == "" && c.Actuator.WebhookURL != "" {
+		c.Actuator.Kind = ActuatorWebhook
+	}
+	if c.Kubernetes.TokenLifetime.Duration == 0 {
+		c.Kubernetes.TokenLifetime.Duration = 8 * time.Hour
+	}
+	if c.Kubernetes.DrainTimeout.Duration == 0 {
+		c.Kubernetes.DrainTimeout.Duration = 2 * time.Minute
+	}
+	if c.Kubernetes.RetireRetry.Duration == 0 {
+		c.Kubernetes.RetireRetry.Duration = time.Minute
+	}
 	if c.Store.Driver == "" {
 		c.Store.Driver = "sqlite"
 		if c.Store.URL != "" {
@@ -542,6 +594,9 @@ func (c *Fleetd) Validate() error {
 	if c.Install.ConfigTTL.Duration > c.Install.CredentialLifetime.Duration {
 		return fmt.Errorf("install.config_ttl (%s) is longer than install.credential_lifetime (%s): a late fetch would release a config whose join credential is dead; shorten config_ttl or lengthen credential_lifetime",
 			c.Install.ConfigTTL.Duration, c.Install.CredentialLifetime.Duration)
+	}
+	if err := c.validateKubernetes(); err != nil {
+		return err
 	}
 	if c.PKCS11.Module != "" && !filepath.IsAbs(c.PKCS11.Module) {
 		return fmt.Errorf("pkcs11.module: %q is not an absolute path (SoftHSM2: /usr/lib/softhsm/libsofthsm2.so)", c.PKCS11.Module)
@@ -734,6 +789,38 @@ func loopbackAddress(addr string) error {
 	}
 	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
 		return fmt.Errorf("%q is not a loopback address (127.0.0.1, ::1 or localhost): the debug endpoint has no authentication", addr)
+	}
+	return nil
+}
+
+// validateKubernetes checks [kubernetes] and [actuator] kind, which needs
+// it.
+func (c *Fleetd) validateKubernetes() error {
+	k := c.Kubernetes
+	if d := k.TokenLifetime.Duration; d < time.Hour || d > 7*24*time.Hour {
+		return fmt.Errorf("kubernetes.token_lifetime: %s is outside 1h..168h", d)
+	}
+	if d := k.DrainTimeout.Duration; d < 5*time.Second || d > time.Hour {
+		return fmt.Errorf("kubernetes.drain_timeout: %s is outside 5s..1h", d)
+	}
+	if d := k.RetireRetry.Duration; d < time.Second || d > time.Hour {
+		return fmt.Errorf("kubernetes.retire_retry: %s is outside 1s..1h", d)
+	}
+	switch c.Actuator.Kind {
+	case "":
+	case ActuatorWebhook:
+		if c.Actuator.WebhookURL == "" {
+			return errors.New("actuator.webhook_url is required with kind = \"webhook\"")
+		}
+	case ActuatorKubernetes:
+		if c.Actuator.WebhookURL != "" {
+			return errors.New("actuator.webhook_url: kind = \"kubernetes\" cordons through [kubernetes]; remove webhook_url or set kind = \"webhook\"")
+		}
+		if !k.Enabled() {
+			return errors.New("actuator.kind = \"kubernetes\" needs kubernetes.kubeconfig: the cluster whose Nodes it cordons")
+		}
+	default:
+		return fmt.Errorf("actuator.kind: %q is not \"webhook\" or \"kubernetes\"", c.Actuator.Kind)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodetrust/nodetrust/internal/fleetd/actuator"
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 )
 
 const (
@@ -92,6 +93,16 @@ func (k *Cordoner) Uncordon(ctx context.Context, nodeID string) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// Released uncordons n's Node at the release of its quarantine (a
+// lifecycle.ReleaseHook): an error is the release's warning, and the
+// operator uncordons by hand.
+func (k *Cordoner) Released(ctx context.Context, n store.Node, _ string) error {
+	if _, err := k.Uncordon(ctx, n.ID); err != nil {
+		return fmt.Errorf("%w: uncordon it by hand (kubectl uncordon %s)", err, n.ID)
+	}
+	return nil
 }
 
 // patch sets the Node's unschedulable flag and sets (or, nil, removes)

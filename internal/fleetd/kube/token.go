@@ -155,3 +155,21 @@ func randomString(n int) (string, error) {
 	}
 	return string(b), nil
 }
+
+// TokenIssuer issues the bootstrap token of each node fleetd renders a
+// config for (the Install RPC's service.BootstrapTokens).
+type TokenIssuer struct {
+	Client kubernetes.Interface
+	// TTL is each token's lifetime ([kubernetes] token_lifetime).
+	TTL time.Duration
+}
+
+// IssueBootstrapToken issues node's token with IssueBootstrapToken and
+// returns its id, its bearer form (for the render alone) and its expiry.
+func (i TokenIssuer) IssueBootstrapToken(ctx context.Context, node string, now time.Time) (id, bearer string, expires time.Time, err error) {
+	t, err := IssueBootstrapToken(ctx, i.Client, node, i.TTL, now)
+	if err != nil {
+		return "", "", time.Time{}, err
+	}
+	return t.ID, t.Bearer(), t.Expires, nil
+}

@@ -208,11 +208,17 @@ func (h *hook) Retired(_ context.Context, n store.Node, reason string) error {
 	return h.err
 }
 
+func (h *hook) Released(_ context.Context, n store.Node, reason string) error {
+	h.got = append(h.got, "released "+n.ID+": "+reason)
+	return h.err
+}
+
 func TestManagerActionsCheckTheStateTheyLeave(t *testing.T) {
 	s := openStore(t)
 	h := &hook{err: errors.New("spire down")}
+	rh := &hook{err: errors.New("cluster down")}
 	var revoked []string
-	m := &Manager{Store: s, Source: inventory.StoreSource{Store: s}, TrustDomain: "example.test", Hooks: []RetireHook{h},
+	m := &Manager{Store: s, Source: inventory.StoreSource{Store: s}, TrustDomain: "example.test", Hooks: []RetireHook{h}, ReleaseHooks: []ReleaseHook{rh},
 		Revoked: func(id, _ string, _ uint64) bool { revoked = append(revoked, id); return true }, Now: func() time.Time { return t0 }}
 	joinNode(t, s, "n1", "")
 
@@ -225,8 +231,11 @@ func TestManagerActionsCheckTheStateTheyLeave(t *testing.T) {
 	if _, err := m.Quarantine(t.Context(), "n1", "admin:op", "suspicious", "r1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.Release(t.Context(), "n1", "admin:owner", "checked", "r2"); err != nil {
-		t.Fatal(err)
+	if res, err := m.Release(t.Context(), "n1", "admin:owner", "checked", "r2"); err != nil || res.Node.State != store.StateActive || len(res.HookErrors) != 1 {
+		t.Fatalf("release: %+v, %v; want active, the release hook's error reported", res, err)
+	}
+	if len(rh.got) != 1 || rh.got[0] != "released n1: checked" {
+		t.Errorf("release hooks told %v", rh.got)
 	}
 	res, err := m.Retire(t.Context(), "n1", "admin:owner", "end of life", "r3")
 	if err != nil || res.Node.State != store.StateRetired || len(res.Revoked) != 1 || len(res.HookErrors) != 1 {

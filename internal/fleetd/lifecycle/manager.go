@@ -22,6 +22,15 @@ type RetireHook interface {
 	Retired(ctx context.Context, n store.Node, reason string) error
 }
 
+// ReleaseHook is told of every release of a quarantine after it is
+// stored: the Kubernetes actuator uncordons the node. Its error does not
+// undo the release; it is reported to the caller.
+type ReleaseHook interface {
+	// Name names the hook in messages.
+	Name() string
+	Released(ctx context.Context, n store.Node, reason string) error
+}
+
 // Manager carries out lifecycle actions: each is one store transaction
 // that checks the state it leaves, writes the new one, appends the node's
 // history and the audit trail.
@@ -32,6 +41,8 @@ type Manager struct {
 	// gets when it is provisioned or retired.
 	TrustDomain string
 	Hooks       []RetireHook
+	// ReleaseHooks run after each release.
+	ReleaseHooks []ReleaseHook
 	// Revoked, when set, is told of a retirement's revocation so live
 	// sessions end (the service's session registry); it reports whether
 	// a live session was told.
@@ -43,7 +54,7 @@ type Manager struct {
 type Result struct {
 	Node    store.Node
 	Revoked []string
-	// HookErrors are the retirement hooks that failed.
+	// HookErrors are the retirement or release hooks that failed.
 	HookErrors []error
 	// SessionNotified says a live session was ended by the revocation.
 	SessionNotified bool
@@ -151,6 +162,13 @@ func (m *Manager) Do(ctx context.Context, t Transition, nodeID, actor, reason, r
 	res := Result{Node: n, Revoked: serials}
 	if t.Revoke && m.Revoked != nil {
 		res.SessionNotified = m.Revoked(nodeID, reason, n.Generation)
+	}
+	if t.Name == Release.Name {
+		for _, h := range m.ReleaseHooks {
+			if err := h.Released(ctx, n, reason); err != nil {
+				res.HookErrors = append(res.HookErrors, fmt.Errorf("release hook %s: %w", h.Name(), err))
+			}
+		}
 	}
 	if t.To == store.StateRetired {
 		// Nothing could start a join of a retired node (admission refuses

@@ -29,6 +29,23 @@ type Input struct {
 	CredentialExpires time.Time
 	// Fleetd is how the installed machine reaches the control plane.
 	Fleetd Fleetd
+	// KubeBootstrapToken is the worker's own Kubernetes bootstrap token
+	// ("<id>.<secret>", docs/kubernetes.md), with which its kubelet joins
+	// the cluster; a secret, never in an error. Empty: the render keeps
+	// the cluster's own token (no [kubernetes], or a control plane).
+	KubeBootstrapToken string
+}
+
+// Redact replaces the secrets of in (the join credential, the bootstrap
+// token) in msg.
+func (in Input) Redact(msg string) string {
+	if in.Credential != "" {
+		msg = strings.ReplaceAll(msg, in.Credential, "[join credential]")
+	}
+	if in.KubeBootstrapToken != "" {
+		msg = strings.ReplaceAll(msg, in.KubeBootstrapToken, "[bootstrap token]")
+	}
+	return msg
 }
 
 // Node is a declared machine's facts (store.Declaration).

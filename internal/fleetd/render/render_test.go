@@ -225,3 +225,30 @@ func TestFleetdFromPKI(t *testing.T) {
 		t.Error("a folder without a bundle was taken")
 	}
 }
+
+// TestTemplateBootstrapToken: a template reads the worker's own bootstrap
+// token when the render has one, fails naming it when not, and an error
+// never carries it.
+func TestTemplateBootstrapToken(t *testing.T) {
+	const token = "abcdef.0123456789abcdef"
+	tmpl, err := render.NewTemplate("gpu", "token: {{.kube_bootstrap_token}}\n", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := input()
+	in.KubeBootstrapToken = token
+	cfg, err := tmpl.Render(in)
+	if err != nil || string(cfg.Data) != "token: "+token+"\n" {
+		t.Fatalf("render %q, %v", cfg.Data, err)
+	}
+	if _, err := tmpl.Render(input()); err == nil || !strings.Contains(err.Error(), "kube_bootstrap_token") {
+		t.Fatalf("a render without a token: %v, want a refusal naming kube_bootstrap_token", err)
+	}
+	bad, err := render.NewTemplate("gpu", `{{slice .kube_bootstrap_token 5 2}}`, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.Render(in); err == nil || strings.Contains(err.Error(), token) {
+		t.Fatalf("a failing template: %v, want an error without the token", err)
+	}
+}

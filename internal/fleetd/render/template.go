@@ -107,7 +107,7 @@ func (t *Template) Render(in Input) (Config, error) {
 		}
 		// A template error names the template's place, not data; drop the
 		// credential all the same should a function have quoted it.
-		msg = strings.ReplaceAll(msg, in.Credential, "[join credential]")
+		msg = in.Redact(msg)
 		return Config{}, fmt.Errorf("render node %s: %s", in.Node.Name, msg)
 	}
 	return Config{Data: b.Bytes(), ContentType: t.contentType, CredentialExpires: in.CredentialExpires}, nil
@@ -147,10 +147,12 @@ func templateData(in Input) map[string]any {
 	set(fleetd, "join_signing_key_pin", f.JoinSigningKeyPin)
 	set(fleetd, "join_encryption_key_pin", f.JoinEncryptionKeyPin)
 	set(fleetd, "join_encryption_jwk", f.JoinEncryptionJWK)
-	return map[string]any{
+	data := map[string]any{
 		"node":                    node,
 		"join_credential":         in.Credential,
 		"join_credential_expires": in.CredentialExpires.UTC().Format(time.RFC3339),
 		"fleetd":                  fleetd,
 	}
+	set(data, "kube_bootstrap_token", in.KubeBootstrapToken)
+	return data
 }

@@ -353,7 +353,7 @@ func (a *adminService) TransitionNode(ctx context.Context, req *adminv1.Transiti
 	s.log.InfoContext(ctx, "node "+t.Name, logkey.NodeID, req.Id, logkey.Admin, by, logkey.Reason, req.Reason, "state", res.Node.State)
 	out := &adminv1.TransitionNodeResponse{Node: nodeInfo(res.Node), RevokedSerials: res.Revoked, SessionNotified: res.SessionNotified}
 	for _, e := range res.HookErrors {
-		s.log.ErrorContext(ctx, "retirement hook failed", logkey.NodeID, req.Id, logkey.Error, e)
+		s.log.ErrorContext(ctx, "lifecycle hook failed", "action", t.Name, logkey.NodeID, req.Id, logkey.Error, e)
 		out.Warnings = append(out.Warnings, e.Error())
 	}
 	return out, nil

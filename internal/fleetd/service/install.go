@@ -84,6 +84,13 @@ type Provisioner interface {
 	Apply(ctx context.Context, d store.Declaration) (tinkerbell.Objects, error)
 }
 
+// BootstrapTokens issue a worker's own Kubernetes bootstrap token for its
+// render (kube.TokenIssuer): id names it in logs and the audit, bearer
+// ("<id>.<secret>") is for the render alone.
+type BootstrapTokens interface {
+	IssueBootstrapToken(ctx context.Context, node string, now time.Time) (id, bearer string, expires time.Time, err error)
+}
+
 // InstallSettings wire the Install RPC: without them (SetInstall never
 // called) every install is refused as not configured.
 type InstallSettings struct {
@@ -108,6 +115,11 @@ type InstallSettings struct {
 	// issued install ([tinkerbell] in fleetd.toml); nil writes none, and
 	// the operator starts the provision by other means.
 	Provisioner Provisioner
+	// KubeTokens, when set ([kubernetes]), issue the bootstrap token of
+	// each node of a class other than the control-plane classes, which
+	// its render carries; a failure refuses the install before any code
+	// is issued.
+	KubeTokens BootstrapTokens
 }
 
 // installState holds the settings SetInstall gave.
@@ -267,7 +279,20 @@ func (j *joinService) install(ctx context.Context, req *joinv1.InstallRequest, r
 	}
 	expires := now.Add(set.CredentialLifetime)
 	node := render.FromDeclaration(d)
-	cfg, err := set.Renderers.Render(render.Input{Node: node, Credential: secret, CredentialExpires: expires, Fleetd: set.Fleetd})
+	in := render.Input{Node: node, Credential: secret, CredentialExpires: expires, Fleetd: set.Fleetd}
+	kubeToken := "none"
+	if set.KubeTokens != nil && !s.isControlPlane(classOf(d.Class)) {
+		// The worker's own bootstrap token, before the render that carries
+		// it: without it no code is issued. A render refused after it
+		// leaves the token to expire (it joins only this node, once).
+		id, bearer, until, err := set.KubeTokens.IssueBootstrapToken(ctx, name, now)
+		if err != nil {
+			return nil, fmt.Errorf("issue the Kubernetes bootstrap token of %s: %w", name, err)
+		}
+		in.KubeBootstrapToken = bearer
+		kubeToken = id + " until " + until.UTC().Format(time.RFC3339)
+	}
+	cfg, err := set.Renderers.Render(in)
 	if err != nil {
 		return nil, installRefusal(RuleRender, name, "this machine's config cannot be rendered: its operator fixes the declaration or fleetd's [render] settings (see fleetd's log), then run bcd install again",
 			"%v", err)
@@ -297,14 +322,14 @@ func (j *joinService) install(ctx context.Context, req *joinv1.InstallRequest, r
 			objects += " (a finished Workflow replaced)"
 		}
 	}
-	detail := fmt.Sprintf("session %s, EK %s, AK %s; %s; report chassis %q port %q; join token %s until %s; release generation %d until %s; boot verdict %s; %s",
+	detail := fmt.Sprintf("session %s, EK %s, AK %s; %s; report chassis %q port %q; join token %s until %s; Kubernetes bootstrap token %s; release generation %d until %s; boot verdict %s; %s",
 		sess.ID, sess.EKPin, hex.EncodeToString(sess.AKName), dec.Authority, dec.Report.ChassisID, dec.Report.PortID, tokenID,
-		expires.UTC().Format(time.RFC3339), iss.Generation, iss.ExpiresAt.UTC().Format(time.RFC3339), verdict, objects)
+		expires.UTC().Format(time.RFC3339), kubeToken, iss.Generation, iss.ExpiresAt.UTC().Format(time.RFC3339), verdict, objects)
 	if err := s.cfg.Store.AppendAudit(ctx, store.AuditEvent{Time: now, Actor: installActor, Action: "install", Subject: name, Detail: capDetail(detail)}); err != nil {
 		return nil, fmt.Errorf("audit the install of %s: %w", name, err)
 	}
 	s.log.InfoContext(ctx, "install code issued", logkey.NodeID, name, "session", sess.ID, logkey.TokenID, tokenID,
-		"generation", iss.Generation, "authority", dec.Authority, "boot_verdict", verdict, "provisioning", objects, logkey.RequestID, reqID, logkey.Peer, peerAddr(ctx))
+		"generation", iss.Generation, "authority", dec.Authority, "boot_verdict", verdict, "kube_bootstrap_token", kubeToken, "provisioning", objects, logkey.RequestID, reqID, logkey.Peer, peerAddr(ctx))
 	return &joinv1.InstallResponse{
 		CredentialBlob: w.CredentialBlob, EncryptedSecret: w.EncryptedSecret,
 		Device: name, ProductUuid: d.ProductUUID, ExpiresAtUnixNano: iss.ExpiresAt.UnixNano(), BootVerdict: verdict,

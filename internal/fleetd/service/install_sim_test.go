@@ -41,7 +41,8 @@ type installEnv struct {
 	*env
 	m   *tpmMachine
 	res *joinv1.IntakeResult
-	// set is what SetInstall was given.
+	// set are the Install RPC's settings, for a test to change and set
+	// again.
 	set service.InstallSettings
 }
 

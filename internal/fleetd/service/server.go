@@ -78,6 +78,8 @@ type Config struct {
 	MaxClaims int
 	// RetireHooks run after each retirement.
 	RetireHooks []lifecycle.RetireHook
+	// ReleaseHooks run after each release of a quarantine.
+	ReleaseHooks []lifecycle.ReleaseHook
 	// ExportEligibleStates are the node states the SPIRE export lists as
 	// eligible (default export.DefaultEligibleStates: active).
 	ExportEligibleStates []string
@@ -268,7 +270,7 @@ func New(cfg Config) (*Server, error) {
 	s.exportMetrics = newExportMetrics(s.metrics.reg)
 	s.announceModes()
 	s.admission = &lifecycle.Admission{Store: cfg.Store, Source: cfg.Inventory, Required: cfg.InventoryRequired, AutoProvision: cfg.AutoProvision}
-	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, Now: cfg.Now,
+	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, ReleaseHooks: cfg.ReleaseHooks, Now: cfg.Now,
 		Revoked: func(nodeID, reason string, gen uint64) bool {
 			s.metrics.revocation("retire")
 			return s.sessions.notify(nodeID, &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen})

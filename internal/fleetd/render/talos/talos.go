@@ -180,6 +180,11 @@ func (r *Renderer) Render(in render.Input) (render.Config, error) {
 	}
 	raw.MachineConfig.MachineNetwork.NetworkHostname = n.Name
 	raw.MachineConfig.MachineFiles = append(raw.MachineConfig.MachineFiles, files...)
+	if typ == machine.TypeWorker && in.KubeBootstrapToken != "" {
+		// The worker's kubelet joins with its own token, which fleetd's
+		// approver honours for this node alone, once (docs/kubernetes.md).
+		raw.ClusterConfig.BootstrapToken = in.KubeBootstrapToken
+	}
 	if _, err := cfg.Validate(MetalMode); err != nil {
 		return render.Config{}, r.fail(in, "validate", err)
 	}
@@ -192,7 +197,7 @@ func (r *Renderer) Render(in render.Input) (render.Config, error) {
 
 // fail wraps a machinery error; its text never carries the credential.
 func (r *Renderer) fail(in render.Input, step string, err error) error {
-	msg := strings.ReplaceAll(err.Error(), in.Credential, "[join credential]")
+	msg := in.Redact(err.Error())
 	return fmt.Errorf("render node %s: Talos %s: %s", in.Node.Name, step, msg)
 }
 

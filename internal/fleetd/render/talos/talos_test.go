@@ -290,3 +290,35 @@ func TestRenderConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderCarriesTheWorkersOwnToken: a worker's render carries its own
+// bootstrap token in cluster.token, which its kubelet joins with; a
+// control plane keeps the cluster's.
+func TestRenderCarriesTheWorkersOwnToken(t *testing.T) {
+	r, err := talos.New(settings())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const own = "w0rk3r.0123456789abcdef"
+	token := func(name, class string) string {
+		t.Helper()
+		in := input(name, class, "/dev/sda")
+		in.KubeBootstrapToken = own
+		cfg, err := r.Render(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed, err := configloader.NewFromBytes(cfg.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok := parsed.Cluster().Token()
+		return tok.ID() + "." + tok.Secret()
+	}
+	if got := token("worker-01", "worker"); got != own {
+		t.Errorf("the worker's cluster.token is %q, want its own", got)
+	}
+	if got := token("cp-01", "control-plane"); got == own || got == "." {
+		t.Errorf("the control plane's cluster.token is %q, want the cluster's", got)
+	}
+}
