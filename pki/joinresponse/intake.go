@@ -2,10 +2,8 @@ package joinresponse
 
 import (
 	"crypto"
-	"crypto/ecdsa"
 	"crypto/sha256"
 	"crypto/subtle"
-	"crypto/x509"
 	"errors"
 	"fmt"
 
@@ -23,34 +21,16 @@ const IntakeLabel = "nodetrust intake-response v1"
 
 // IntakeDigest returns SHA-256("nodetrust intake-response v1" || 0x00 ||
 // payload).
-func IntakeDigest(payload []byte) []byte {
-	h := sha256.New()
-	h.Write([]byte(IntakeLabel))
-	h.Write([]byte{0})
-	h.Write(payload)
-	return h.Sum(nil)
-}
+func IntakeDigest(payload []byte) []byte { return labelledDigest(IntakeLabel, payload) }
 
 // SignIntake serializes r (deterministic protobuf encoding) and signs it
 // with the JoinService signing key as [Sign] does a join result, over
 // [IntakeDigest] of the payload.
 func SignIntake(signer crypto.Signer, r *joinv1.IntakeResult) (*joinv1.SignedJoinResult, error) {
-	if signer == nil || r == nil {
+	if r == nil {
 		return nil, errors.New("sign intake result: signer and result are required")
 	}
-	spki, err := x509.MarshalPKIXPublicKey(signer.Public())
-	if err != nil {
-		return nil, fmt.Errorf("sign intake result: signing key: %w", err)
-	}
-	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
-	if err != nil {
-		return nil, fmt.Errorf("sign intake result: marshal: %w", err)
-	}
-	sig, err := pki.SignP1363(signer, IntakeDigest(payload))
-	if err != nil {
-		return nil, fmt.Errorf("sign intake result: %w", err)
-	}
-	return &joinv1.SignedJoinResult{Payload: payload, Signature: sig, Kid: pki.PinOfSPKI(spki).String(), SigningKey: spki}, nil
+	return signLabelled(signer, r, IntakeLabel, "intake result")
 }
 
 // OpenIntake verifies a signed intake result: signing_key's pin and kid
@@ -70,19 +50,9 @@ func OpenIntake(s *joinv1.SignedJoinResult, signingKeyPin pki.Pin, csrSHA256 []b
 	case len(csrSHA256) != sha256.Size:
 		return nil, fmt.Errorf("open intake response: expected CSR hash is %d bytes, want %d", len(csrSHA256), sha256.Size)
 	}
-	if got := pki.PinOfSPKI(s.GetSigningKey()); !got.Equal(signingKeyPin) {
-		return nil, fail("signing key pin %s is not the trusted join signing key pin %s", got, signingKeyPin)
-	}
-	if kid, err := pki.ParsePin(s.GetKid()); err != nil || !kid.Equal(signingKeyPin) {
-		return nil, fail("kid %s is not the trusted join signing key pin %s", quoteShort(s.GetKid()), signingKeyPin)
-	}
-	key, err := x509.ParsePKIXPublicKey(s.GetSigningKey())
+	ek, err := signingKey(s, signingKeyPin, fail)
 	if err != nil {
-		return nil, fail("signing key: %v", err)
-	}
-	ek, ok := key.(*ecdsa.PublicKey)
-	if !ok {
-		return nil, fail("signing key is %T, want ECDSA", key)
+		return nil, err
 	}
 	if !pki.VerifyP1363(ek, IntakeDigest(s.GetPayload()), s.GetSignature()) {
 		return nil, fail("signature does not verify under the join signing key as an intake response")

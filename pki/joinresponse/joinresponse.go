@@ -28,9 +28,13 @@ const (
 
 // Digest returns SHA-256("nodetrust join-response v1" || 0x00 ||
 // payload), the digest a SignedJoinResult's signature covers.
-func Digest(payload []byte) []byte {
+func Digest(payload []byte) []byte { return labelledDigest(Label, payload) }
+
+// labelledDigest is SHA-256(label || 0x00 || payload): each kind of signed
+// result has its own label, so one never verifies as another.
+func labelledDigest(label string, payload []byte) []byte {
 	h := sha256.New()
-	h.Write([]byte(Label))
+	h.Write([]byte(label))
 	h.Write([]byte{0})
 	h.Write(payload)
 	return h.Sum(nil)
@@ -41,20 +45,30 @@ func Digest(payload []byte) []byte {
 // P1363 over [Digest] of the payload, kid is the pin of the
 // signer's public key and signing_key its SubjectPublicKeyInfo DER.
 func Sign(signer crypto.Signer, r *joinv1.JoinResult) (*joinv1.SignedJoinResult, error) {
-	if signer == nil || r == nil {
+	if r == nil {
 		return nil, errors.New("sign join result: signer and result are required")
+	}
+	return signLabelled(signer, r, Label, "join result")
+}
+
+// signLabelled serializes m (deterministic protobuf encoding) and signs it
+// with signer over labelledDigest(label, payload); what names the result in
+// errors.
+func signLabelled(signer crypto.Signer, m proto.Message, label, what string) (*joinv1.SignedJoinResult, error) {
+	if signer == nil {
+		return nil, fmt.Errorf("sign %s: signer and result are required", what)
 	}
 	spki, err := x509.MarshalPKIXPublicKey(signer.Public())
 	if err != nil {
-		return nil, fmt.Errorf("sign join result: signing key: %w", err)
+		return nil, fmt.Errorf("sign %s: signing key: %w", what, err)
 	}
-	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(r)
+	payload, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
 	if err != nil {
-		return nil, fmt.Errorf("sign join result: marshal: %w", err)
+		return nil, fmt.Errorf("sign %s: marshal: %w", what, err)
 	}
-	sig, err := pki.SignP1363(signer, Digest(payload))
+	sig, err := pki.SignP1363(signer, labelledDigest(label, payload))
 	if err != nil {
-		return nil, fmt.Errorf("sign join result: %w", err)
+		return nil, fmt.Errorf("sign %s: %w", what, err)
 	}
 	return &joinv1.SignedJoinResult{
 		Payload:    payload,
@@ -62,6 +76,27 @@ func Sign(signer crypto.Signer, r *joinv1.JoinResult) (*joinv1.SignedJoinResult,
 		Kid:        pki.PinOfSPKI(spki).String(),
 		SigningKey: spki,
 	}, nil
+}
+
+// signingKey checks that s names the trusted signing key by pin (its
+// SubjectPublicKeyInfo and its kid) and returns that ECDSA key; refuse
+// words a refusal for the caller's kind of response.
+func signingKey(s *joinv1.SignedJoinResult, pin pki.Pin, refuse func(string, ...any) error) (*ecdsa.PublicKey, error) {
+	if got := pki.PinOfSPKI(s.GetSigningKey()); !got.Equal(pin) {
+		return nil, refuse("signing key pin %s is not the trusted join signing key pin %s", got, pin)
+	}
+	if kid, err := pki.ParsePin(s.GetKid()); err != nil || !kid.Equal(pin) {
+		return nil, refuse("kid %s is not the trusted join signing key pin %s", quoteShort(s.GetKid()), pin)
+	}
+	key, err := x509.ParsePKIXPublicKey(s.GetSigningKey())
+	if err != nil {
+		return nil, refuse("signing key: %v", err)
+	}
+	ek, ok := key.(*ecdsa.PublicKey)
+	if !ok {
+		return nil, refuse("signing key is %T, want ECDSA", key)
+	}
+	return ek, nil
 }
 
 // Expect is what a node knows before it reads a join response: the pin it
@@ -134,20 +169,9 @@ func Open(s *joinv1.SignedJoinResult, e Expect) (*Opened, error) {
 	}
 
 	// The signer.
-	got := pki.PinOfSPKI(s.GetSigningKey())
-	if !got.Equal(e.SigningKeyPin) {
-		return nil, refuse("signing key pin %s is not the trusted join signing key pin %s", got, e.SigningKeyPin)
-	}
-	if kid, err := pki.ParsePin(s.GetKid()); err != nil || !kid.Equal(e.SigningKeyPin) {
-		return nil, refuse("kid %s is not the trusted join signing key pin %s", quoteShort(s.GetKid()), e.SigningKeyPin)
-	}
-	key, err := x509.ParsePKIXPublicKey(s.GetSigningKey())
+	ek, err := signingKey(s, e.SigningKeyPin, refuse)
 	if err != nil {
-		return nil, refuse("signing key: %v", err)
-	}
-	ek, ok := key.(*ecdsa.PublicKey)
-	if !ok {
-		return nil, refuse("signing key is %T, want ECDSA", key)
+		return nil, err
 	}
 	if !pki.VerifyP1363(ek, Digest(s.GetPayload()), s.GetSignature()) {
 		return nil, refuse("signature does not verify under the join signing key")
