@@ -21,10 +21,7 @@ func (d *DB) PutConfigRelease(ctx context.Context, r store.ConfigRelease, audit 
 	if r.UUID == "" || len(r.Verifier) == 0 || r.ExpiresAt.IsZero() {
 		return store.ConfigRelease{}, errors.New("put config release: a UUID, a verifier and an expiry are required")
 	}
-	sealed := r.Sealed
-	if sealed == nil {
-		sealed = []byte{}
-	}
+	sealed := nonNil(r.Sealed)
 	var out store.ConfigRelease
 	err := d.tx(ctx, func(tx pgx.Tx) error {
 		var err error

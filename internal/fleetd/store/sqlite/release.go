@@ -47,10 +47,7 @@ func (d *DB) PutConfigRelease(ctx context.Context, r store.ConfigRelease, audit 
 	if a.err != nil {
 		return store.ConfigRelease{}, fmt.Errorf("put config release of %s: %w", r.UUID, a.err)
 	}
-	sealed := r.Sealed
-	if sealed == nil {
-		sealed = []byte{}
-	}
+	sealed := blobOf(r.Sealed)
 	var out store.ConfigRelease
 	err := d.write(ctx, func(t *wtx) error {
 		var gen int64
