@@ -56,7 +56,7 @@ staticcheck:
 # helper), run again with the race detector.
 RACE_PKGS := ./callsig ./internal/bcd/agent ./internal/bcd/federation ./internal/bcd/leases \
 	./internal/bcd/localserver ./internal/bcd/tpmhelper ./internal/fleetd/connlimit \
-	./internal/fleetd/service ./internal/fleetd/store/sqlite ./internal/fleetd/throttle
+	./internal/fleetd/install ./internal/fleetd/service ./internal/fleetd/store/sqlite ./internal/fleetd/throttle
 
 race:
 	CGO_ENABLED=1 $(GO) test -race -count=1 -tags tpmsim $(RACE_PKGS)
