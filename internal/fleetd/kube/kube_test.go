@@ -30,6 +30,16 @@ import (
 
 func TestMain(m *testing.M) { kubetest.Main(m) }
 
+// joinKey stands for fleetd's JoinService signing key: it signs the
+// tokens the tests issue, and the approvers check its public half.
+var joinKey = func() *ecdsa.PrivateKey {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
 // newRunID returns 5 random characters that make the names of the objects
 // a test creates in the shared cluster unique to this run of it, so that
 // -count=N works.
@@ -237,12 +247,12 @@ func tokenExists(t *testing.T, e env, id string) bool {
 func TestTokenJoinsOnlyItsOwnNodeOnce(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
-	a := kube.NewApprover(e.fleetd)
-	tokA, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-a", 4*time.Hour, time.Now())
+	a := kube.NewApprover(e.fleetd, &joinKey.PublicKey)
+	tokA, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-a", 4*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-b", 4*time.Hour, time.Now()); err != nil {
+	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-b", 4*time.Hour, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -317,7 +327,7 @@ func TestTokenJoinsOnlyItsOwnNodeOnce(t *testing.T) {
 func TestOnlyFleetdMayApproveBootstrapRequests(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
-	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-c", 4*time.Hour, time.Now())
+	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-c", 4*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +369,7 @@ func TestOnlyFleetdMayApproveBootstrapRequests(t *testing.T) {
 	if approved, _, _ := conditions(t, e, csr.Name); approved {
 		t.Fatal("the request is approved")
 	}
-	if d := decisionFor(t, kube.NewApprover(e.fleetd), csr.Name); d.Outcome != kube.Approved {
+	if d := decisionFor(t, kube.NewApprover(e.fleetd, &joinKey.PublicKey), csr.Name); d.Outcome != kube.Approved {
 		t.Fatalf("fleetd's decision: %+v, want approved", d)
 	}
 	waitSigned(t, e, csr.Name)
@@ -384,7 +394,7 @@ func TestForeignTokenIsLeftPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	csr, _ := mustCSR(t, e, id+".0123456789abcdef", "node-f")
-	d := decisionFor(t, kube.NewApprover(e.fleetd), csr.Name)
+	d := decisionFor(t, kube.NewApprover(e.fleetd, &joinKey.PublicKey), csr.Name)
 	if d.Outcome != kube.Ignored || d.Reason != kube.ReasonForeignToken {
 		t.Fatalf("a foreign token's request: %+v, want ignored as foreign_token", d)
 	}
@@ -405,10 +415,10 @@ func TestRunDecidesAsRequestsCome(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		kube.NewApprover(e.fleetd).Run(ctx, func(d kube.Decision) { decisions <- d }, func(err error) { t.Log(err) })
+		kube.NewApprover(e.fleetd, &joinKey.PublicKey).Run(ctx, func(d kube.Decision) { decisions <- d }, func(err error) { t.Log(err) })
 	}()
 	defer func() { cancel(); <-done }()
-	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-r", time.Hour, time.Now())
+	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-r", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +464,7 @@ func TestFleetdWritesOnlyItsTokens(t *testing.T) {
 		t.Fatalf("fleetd deleting another Secret in kube-system: %v, want refused by the policy", err)
 	}
 	// Its own tokens it issues and deletes.
-	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-x-"+runID, time.Hour, time.Now()); err != nil {
+	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-x-"+runID, time.Hour, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := kube.DeleteBootstrapTokens(ctx, e.fleetd, "node-x-"+runID); err != nil || n != 1 {
