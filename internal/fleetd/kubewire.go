@@ -99,6 +99,14 @@ func runApprover(ctx context.Context, a *kube.Approver, m *approverMetrics, log 
 			log.InfoContext(ctx, "kubelet certificate request approved", attrs...)
 		case kube.Denied:
 			log.WarnContext(ctx, "kubelet certificate request denied", attrs...)
+		case kube.Ignored:
+			if d.Reason == kube.ReasonUnsignedToken {
+				// A token labelled as fleetd's that fleetd did not sign:
+				// someone else writing Secrets in kube-system.
+				log.WarnContext(ctx, "kubelet certificate request with a bootstrap token labelled as fleetd's but not signed by it: left pending", attrs...)
+				break
+			}
+			log.DebugContext(ctx, "kubelet certificate request ignored", attrs...)
 		default:
 			// Left for the controller manager; seen again on each change.
 			log.DebugContext(ctx, "kubelet certificate request ignored", attrs...)

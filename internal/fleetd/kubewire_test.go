@@ -161,6 +161,16 @@ func applyManifests(t *testing.T, c *kubetest.Cluster) *rest.Config {
 	return sa
 }
 
+// testJoinKey stands for fleetd's JoinService signing key where a test
+// runs the approver and the token issuer without a whole fleetd.
+var testJoinKey = func() *ecdsa.PrivateKey {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
 // TestServeRunsTheApprover: Run with [kubernetes] starts the approver,
 // which approves a node's own request in a real API server, and stops
 // with Run.
@@ -174,6 +184,10 @@ func TestServeRunsTheApprover(t *testing.T) {
 		}
 	}
 	if _, err := pki.Init(filepath.Join(dir, "pki"), pki.InitOptions{TrustDomain: "example.test", ServerName: "localhost"}); err != nil {
+		t.Fatal(err)
+	}
+	auth, err := pki.LoadAuthority(filepath.Join(dir, "pki"))
+	if err != nil {
 		t.Fatal(err)
 	}
 	writeKubeconfig(t, dir, sa, 0o600)
@@ -190,7 +204,7 @@ func TestServeRunsTheApprover(t *testing.T) {
 	case err := <-done:
 		t.Fatalf("fleetd did not start: %v", err)
 	}
-	_, bearer, _, err := kube.TokenIssuer{Client: c.Admin(t), TTL: time.Hour}.IssueBootstrapToken(t.Context(), "serve-a", time.Now())
+	_, bearer, _, err := kube.TokenIssuer{Client: c.Admin(t), Signer: auth.JoinSigner, TTL: time.Hour}.IssueBootstrapToken(t.Context(), "serve-a", time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,8 +250,11 @@ func TestKubernetesWiring(t *testing.T) {
 		m := newApproverMetrics(prometheus.NewRegistry())
 		actx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
-		go func() { runApprover(actx, kube.NewApprover(kw.client), m, slog.New(slog.DiscardHandler)); close(done) }()
-		tokens := kube.TokenIssuer{Client: kw.client, TTL: cfg.Kubernetes.TokenLifetime.Duration}
+		go func() {
+			runApprover(actx, kube.NewApprover(kw.client, &testJoinKey.PublicKey), m, slog.New(slog.DiscardHandler))
+			close(done)
+		}()
+		tokens := kube.TokenIssuer{Client: kw.client, Signer: testJoinKey, TTL: cfg.Kubernetes.TokenLifetime.Duration}
 		id, bearer, _, err := tokens.IssueBootstrapToken(ctx, "wire-a", time.Now())
 		if err != nil {
 			t.Fatal(err)
@@ -309,7 +326,7 @@ func TestKubernetesWiring(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id, _, _, err := kube.TokenIssuer{Client: kw.client, TTL: time.Hour}.IssueBootstrapToken(ctx, "wire-r", time.Now())
+		id, _, _, err := kube.TokenIssuer{Client: kw.client, Signer: testJoinKey, TTL: time.Hour}.IssueBootstrapToken(ctx, "wire-r", time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -366,7 +383,7 @@ func TestRetirementSweepAfterARestart(t *testing.T) {
 		}
 	}
 	// sweep-gone has no Node left, but a token.
-	tok, err := kube.IssueBootstrapToken(ctx, admin, "sweep-gone", time.Hour, now)
+	tok, err := kube.IssueBootstrapToken(ctx, admin, testJoinKey, "sweep-gone", time.Hour, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package fleetd
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -229,7 +230,9 @@ func Run(ctx context.Context, o Options) error {
 			set.Provisioner = prov
 		}
 		if kw != nil {
-			set.KubeTokens = kube.TokenIssuer{Client: kw.client, TTL: cfg.Kubernetes.TokenLifetime.Duration}
+			// Signed by the JoinService signing key, so that the approver
+			// tells fleetd's tokens from labelled ones others made.
+			set.KubeTokens = kube.TokenIssuer{Client: kw.client, Signer: auth.JoinSigner, TTL: cfg.Kubernetes.TokenLifetime.Duration}
 		}
 		srv.SetInstall(set)
 	} else if cfg.Tinkerbell.Enabled() {
@@ -321,7 +324,9 @@ func Run(ctx context.Context, o Options) error {
 		am := newApproverMetrics(srv.MetricsRegistry())
 		klog := log.With("component", "kubernetes")
 		running += 2
-		go func() { runApprover(serveCtx, kube.NewApprover(kw.client), am, klog); errc <- nil }()
+		// LoadAuthority checked the JoinService signing key is ECDSA P-256.
+		joinPub, _ := auth.JoinSigner.Public().(*ecdsa.PublicKey)
+		go func() { runApprover(serveCtx, kube.NewApprover(kw.client, joinPub), am, klog); errc <- nil }()
 		go func() { kw.retirer.Loop(serveCtx); errc <- nil }()
 		log.InfoContext(ctx, "Kubernetes actions on", "kubeconfig", cfg.Resolve(cfg.Kubernetes.Kubeconfig), "cordon", kw.cordoner != nil,
 			"token_lifetime", cfg.Kubernetes.TokenLifetime.Duration, "drain_timeout", cfg.Kubernetes.DrainTimeout.Duration)

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -48,6 +49,7 @@ const (
 const (
 	ReasonNotBootstrap  = "not_bootstrap_user"  // ignored: the requester is no bootstrap token
 	ReasonForeignToken  = "foreign_token"       // ignored: a token fleetd did not issue
+	ReasonUnsignedToken = "unsigned_token"      // ignored: labelled as fleetd's, without fleetd's valid signature
 	ReasonUnknownToken  = "unknown_token"       // denied: no such token (spent, expired, deleted)
 	ReasonSpentToken    = "spent_token"         // denied: the token was spent on another request
 	ReasonExpiredToken  = "expired_token"       // denied: asked after the token expired
@@ -80,13 +82,17 @@ type Decision struct {
 // a request is approved.
 type Approver struct {
 	client kubernetes.Interface
+	pub    *ecdsa.PublicKey
 	now    func() time.Time
 }
 
 // NewApprover returns an Approver that acts through client, which must be
-// allowed what deploy/kubernetes/fleetd-rbac.yaml grants.
-func NewApprover(client kubernetes.Interface) *Approver {
-	return &Approver{client: client, now: time.Now}
+// allowed what deploy/kubernetes/fleetd-rbac.yaml grants, and judges only
+// the tokens signed by pub (the public half of fleetd's JoinService
+// signing key, which [TokenIssuer] signs with). With a nil pub no token
+// is fleetd's, and every request is left pending.
+func NewApprover(client kubernetes.Interface, pub *ecdsa.PublicKey) *Approver {
+	return &Approver{client: client, pub: pub, now: time.Now}
 }
 
 // Sync decides every pending kubelet client request once, and returns
@@ -186,14 +192,31 @@ func (a *Approver) Decide(ctx context.Context, csr *certificatesv1.CertificateSi
 		d.Detail = "bootstrap token " + id + " has no " + NodeLabel + " label: not issued by fleetd"
 		return d, true, nil
 	}
+	if !signedByFleetd(a.pub, secret) {
+		// Labelled, but not by fleetd: whoever else can write Secrets in
+		// kube-system made it. Not fleetd's to approve, nor to deny.
+		d.Outcome, d.Reason = Ignored, ReasonUnsignedToken
+		d.Detail = "bootstrap token " + id + " is labelled " + NodeLabel + "=" + node + " but has no valid fleetd signature (" + SignatureAnnotation + "): not issued by fleetd"
+		return d, true, nil
+	}
 	d.Node = node
 	requested, err := kubeletClientNode(csr)
 	if err != nil {
 		return a.deny(ctx, csr, d, ReasonBadRequest, err.Error())
 	}
 	d.Requested = requested
-	if spentOn := secret.Annotations[ApprovedAnnotation]; spentOn != "" && spentOn != csr.Name {
-		return a.deny(ctx, csr, d, ReasonSpentToken, "bootstrap token "+id+" was spent on certificate request "+spentOn)
+	if spentOn := secret.Annotations[ApprovedAnnotation]; spentOn != "" && spentOn != string(csr.UID) {
+		// Spent on another request (perhaps one of the same name, since
+		// deleted): the token has done its work, and any use of it now
+		// is a replay. Deny, and delete it.
+		d, ok, err := a.deny(ctx, csr, d, ReasonSpentToken, "bootstrap token "+id+" was spent on certificate request UID "+spentOn)
+		if err != nil {
+			return d, ok, err
+		}
+		if err := a.deleteToken(ctx, secret); err != nil {
+			return d, ok, fmt.Errorf("certificate request %s denied, but delete spent bootstrap token %s: %w", csr.Name, id, err)
+		}
+		return d, ok, nil
 	}
 	if exp, err := time.Parse(time.RFC3339, string(secret.Data["expiration"])); err != nil || !csr.CreationTimestamp.Time.Before(exp) {
 		return a.deny(ctx, csr, d, ReasonExpiredToken, "bootstrap token "+id+" had expired when the request was made")
@@ -208,12 +231,12 @@ func (a *Approver) Decide(ctx context.Context, csr *certificatesv1.CertificateSi
 // approves csr, then deletes the token.
 func (a *Approver) approve(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, secret *corev1.Secret, d Decision) (Decision, bool, error) {
 	secrets := a.client.CoreV1().Secrets(TokenNamespace)
-	if secret.Annotations[ApprovedAnnotation] != csr.Name {
+	if secret.Annotations[ApprovedAnnotation] != string(csr.UID) {
 		spent := secret.DeepCopy()
 		if spent.Annotations == nil {
 			spent.Annotations = map[string]string{}
 		}
-		spent.Annotations[ApprovedAnnotation] = csr.Name
+		spent.Annotations[ApprovedAnnotation] = string(csr.UID)
 		// The update carries the version read: if another approver spent
 		// the token meanwhile, it conflicts and the next pass denies.
 		if _, err := secrets.Update(ctx, spent, metav1.UpdateOptions{}); err != nil {
@@ -225,14 +248,24 @@ func (a *Approver) approve(ctx context.Context, csr *certificatesv1.CertificateS
 	if err := a.setCondition(ctx, csr, certificatesv1.CertificateApproved, "nodetrust: "+d.Detail); err != nil {
 		return d, false, err
 	}
-	uid := secret.UID
-	err := secrets.Delete(ctx, secret.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err := a.deleteToken(ctx, secret); err != nil {
 		// Approved, and the token is marked spent, so no other request can
-		// have it; the Secret stays until it expires or retirement.
+		// have it; the Secret stays until the next request with it, its
+		// expiry or retirement.
 		return d, true, fmt.Errorf("certificate request %s approved, but delete bootstrap token %s: %w", csr.Name, d.TokenID, err)
 	}
 	return d, true, nil
+}
+
+// deleteToken deletes the token's Secret if it is still the one read (a
+// UID precondition); one already gone is no error.
+func (a *Approver) deleteToken(ctx context.Context, secret *corev1.Secret) error {
+	uid := secret.UID
+	err := a.client.CoreV1().Secrets(TokenNamespace).Delete(ctx, secret.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
 }
 
 func (a *Approver) deny(ctx context.Context, csr *certificatesv1.CertificateSigningRequest, d Decision, reason, detail string) (Decision, bool, error) {

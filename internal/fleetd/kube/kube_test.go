@@ -30,6 +30,16 @@ import (
 
 func TestMain(m *testing.M) { kubetest.Main(m) }
 
+// joinKey stands for fleetd's JoinService signing key: it signs the
+// tokens the tests issue, and the approvers check its public half.
+var joinKey = func() *ecdsa.PrivateKey {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}()
+
 // newRunID returns 5 random characters that make the names of the objects
 // a test creates in the shared cluster unique to this run of it, so that
 // -count=N works.
@@ -124,6 +134,13 @@ func applyManifests(t *testing.T, c *kubetest.Cluster, admin kubernetes.Interfac
 // server's answer.
 func kubeletCSR(t *testing.T, e env, bearer, node string) (*certificatesv1.CertificateSigningRequest, *ecdsa.PrivateKey, error) {
 	t.Helper()
+	return namedCSR(t, e, bearer, node, "")
+}
+
+// namedCSR is kubeletCSR with the request's name (a generated one when
+// empty).
+func namedCSR(t *testing.T, e env, bearer, node, name string) (*certificatesv1.CertificateSigningRequest, *ecdsa.PrivateKey, error) {
+	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +156,7 @@ func kubeletCSR(t *testing.T, e env, bearer, node string) (*certificatesv1.Certi
 		t.Fatal(err)
 	}
 	csr, err := cs.CertificatesV1().CertificateSigningRequests().Create(t.Context(), &certificatesv1.CertificateSigningRequest{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, GenerateName: "node-csr-"},
 		Spec: certificatesv1.CertificateSigningRequestSpec{
 			Request:    pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}),
 			SignerName: kube.KubeletClientSigner,
@@ -155,9 +172,21 @@ func kubeletCSR(t *testing.T, e env, bearer, node string) (*certificatesv1.Certi
 // Unauthorized answer is retried, within waitTimeout.
 func mustCSR(t *testing.T, e env, bearer, node string) (*certificatesv1.CertificateSigningRequest, *ecdsa.PrivateKey) {
 	t.Helper()
+	return mustNamedCSRKey(t, e, bearer, node, "")
+}
+
+// mustNamedCSR is mustCSR with the request's name.
+func mustNamedCSR(t *testing.T, e env, bearer, node, name string) *certificatesv1.CertificateSigningRequest {
+	t.Helper()
+	csr, _ := mustNamedCSRKey(t, e, bearer, node, name)
+	return csr
+}
+
+func mustNamedCSRKey(t *testing.T, e env, bearer, node, name string) (*certificatesv1.CertificateSigningRequest, *ecdsa.PrivateKey) {
+	t.Helper()
 	deadline := time.Now().Add(waitTimeout)
 	for {
-		csr, key, err := kubeletCSR(t, e, bearer, node)
+		csr, key, err := namedCSR(t, e, bearer, node, name)
 		if err == nil {
 			return csr, key
 		}
@@ -237,12 +266,12 @@ func tokenExists(t *testing.T, e env, id string) bool {
 func TestTokenJoinsOnlyItsOwnNodeOnce(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
-	a := kube.NewApprover(e.fleetd)
-	tokA, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-a", 4*time.Hour, time.Now())
+	a := kube.NewApprover(e.fleetd, &joinKey.PublicKey)
+	tokA, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-a", 4*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-b", 4*time.Hour, time.Now()); err != nil {
+	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-b", 4*time.Hour, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 
@@ -317,7 +346,7 @@ func TestTokenJoinsOnlyItsOwnNodeOnce(t *testing.T) {
 func TestOnlyFleetdMayApproveBootstrapRequests(t *testing.T) {
 	e := setup(t)
 	ctx := t.Context()
-	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-c", 4*time.Hour, time.Now())
+	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-c", 4*time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +388,7 @@ func TestOnlyFleetdMayApproveBootstrapRequests(t *testing.T) {
 	if approved, _, _ := conditions(t, e, csr.Name); approved {
 		t.Fatal("the request is approved")
 	}
-	if d := decisionFor(t, kube.NewApprover(e.fleetd), csr.Name); d.Outcome != kube.Approved {
+	if d := decisionFor(t, kube.NewApprover(e.fleetd, &joinKey.PublicKey), csr.Name); d.Outcome != kube.Approved {
 		t.Fatalf("fleetd's decision: %+v, want approved", d)
 	}
 	waitSigned(t, e, csr.Name)
@@ -384,7 +413,7 @@ func TestForeignTokenIsLeftPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	csr, _ := mustCSR(t, e, id+".0123456789abcdef", "node-f")
-	d := decisionFor(t, kube.NewApprover(e.fleetd), csr.Name)
+	d := decisionFor(t, kube.NewApprover(e.fleetd, &joinKey.PublicKey), csr.Name)
 	if d.Outcome != kube.Ignored || d.Reason != kube.ReasonForeignToken {
 		t.Fatalf("a foreign token's request: %+v, want ignored as foreign_token", d)
 	}
@@ -405,10 +434,10 @@ func TestRunDecidesAsRequestsCome(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		kube.NewApprover(e.fleetd).Run(ctx, func(d kube.Decision) { decisions <- d }, func(err error) { t.Log(err) })
+		kube.NewApprover(e.fleetd, &joinKey.PublicKey).Run(ctx, func(d kube.Decision) { decisions <- d }, func(err error) { t.Log(err) })
 	}()
 	defer func() { cancel(); <-done }()
-	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-r", time.Hour, time.Now())
+	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-r", time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,10 +483,172 @@ func TestFleetdWritesOnlyItsTokens(t *testing.T) {
 		t.Fatalf("fleetd deleting another Secret in kube-system: %v, want refused by the policy", err)
 	}
 	// Its own tokens it issues and deletes.
-	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, "node-x-"+runID, time.Hour, time.Now()); err != nil {
+	if _, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-x-"+runID, time.Hour, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := kube.DeleteBootstrapTokens(ctx, e.fleetd, "node-x-"+runID); err != nil || n != 1 {
 		t.Fatalf("DeleteBootstrapTokens(node-x) = %d, %v; want 1 deleted", n, err)
+	}
+}
+
+// forgeToken creates, as the administrator (standing for whoever else may
+// write Secrets in kube-system), a bootstrap token labelled as node's
+// with the given signature annotation (none when empty), and returns its
+// bearer form.
+func forgeToken(t *testing.T, e env, node, sig string) (id, bearer string) {
+	t.Helper()
+	id = "g" + newRunID()
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "bootstrap-token-" + id, Namespace: kube.TokenNamespace,
+			Labels: map[string]string{kube.NodeLabel: node}},
+		Type: corev1.SecretTypeBootstrapToken,
+		StringData: map[string]string{
+			"token-id": id, "token-secret": "0123456789abcdef", "usage-bootstrap-authentication": "true",
+			"auth-extra-groups": kube.BootstrapGroup,
+			"expiration":        time.Now().Add(time.Hour).UTC().Format(time.RFC3339),
+		},
+	}
+	if sig != "" {
+		s.Annotations = map[string]string{kube.SignatureAnnotation: sig}
+	}
+	if _, err := e.admin.CoreV1().Secrets(kube.TokenNamespace).Create(t.Context(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return id, id + ".0123456789abcdef"
+}
+
+// TestLabelledTokenWithoutFleetdsSignatureIsLeftPending: a token labelled
+// nodetrust.io/node by someone else (no signature, a signature copied
+// from one of fleetd's tokens, or one by another key) is never approved:
+// its request is ignored as unsigned_token and left pending, its token
+// kept; fleetd's own token, issued meanwhile, still is approved.
+func TestLabelledTokenWithoutFleetdsSignatureIsLeftPending(t *testing.T) {
+	e := setup(t)
+	ctx := t.Context()
+	a := kube.NewApprover(e.fleetd, &joinKey.PublicKey)
+	own, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-s", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ownSecret, err := e.admin.CoreV1().Secrets(kube.TokenNamespace).Get(ctx, "bootstrap-token-"+own.ID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherTok, err := kube.IssueBootstrapToken(ctx, e.admin, otherKey, "node-s", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, noSig := forgeToken(t, e, "node-s", "")
+	_, copied := forgeToken(t, e, "node-s", ownSecret.Annotations[kube.SignatureAnnotation])
+	for name, bearer := range map[string]string{"no signature": noSig, "fleetd's signature of another token": copied,
+		"another key's signature": otherTok.Bearer()} {
+		id, _, _ := strings.Cut(bearer, ".")
+		csr, _ := mustCSR(t, e, bearer, "node-s")
+		d := decisionFor(t, a, csr.Name)
+		if d.Outcome != kube.Ignored || d.Reason != kube.ReasonUnsignedToken {
+			t.Errorf("%s: %+v, want ignored as unsigned_token", name, d)
+		}
+		if approved, denied, _ := conditions(t, e, csr.Name); approved || denied {
+			t.Errorf("%s: approved %v, denied %v; want pending", name, approved, denied)
+		}
+		if !tokenExists(t, e, id) {
+			t.Errorf("%s: the token was deleted", name)
+		}
+	}
+	csr, _ := mustCSR(t, e, own.Bearer(), "node-s")
+	if d := decisionFor(t, a, csr.Name); d.Outcome != kube.Approved {
+		t.Fatalf("fleetd's own token: %+v, want approved", d)
+	}
+	waitSigned(t, e, csr.Name)
+}
+
+// TestSpentTokenIsNotSpentAgainUnderTheSameName: a request approved, then
+// deleted (as the controller manager's cleaner does), and made again
+// under the same name with the same token, which fleetd crashed before
+// deleting (here put back as it was left: marked spent on the first
+// request), is another request: denied as spent_token, and the token
+// deleted.
+func TestSpentTokenIsNotSpentAgainUnderTheSameName(t *testing.T) {
+	e := setup(t)
+	ctx := t.Context()
+	a := kube.NewApprover(e.fleetd, &joinKey.PublicKey)
+	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, "node-u", time.Hour, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := e.admin.CoreV1().Secrets(kube.TokenNamespace)
+	issued, err := secrets.Get(ctx, "bootstrap-token-"+tok.ID, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := "node-csr-same-" + newRunID()
+	first := mustNamedCSR(t, e, tok.Bearer(), "node-u", name)
+	if d := decisionFor(t, a, first.Name); d.Outcome != kube.Approved {
+		t.Fatalf("the first request: %+v, want approved", d)
+	}
+	waitSigned(t, e, first.Name)
+	if tokenExists(t, e, tok.ID) {
+		t.Fatal("the token still exists after its request was approved")
+	}
+
+	// What a fleetd that crashed between the approval and the delete
+	// leaves: the token, marked spent on the first request.
+	left := issued.DeepCopy()
+	left.ResourceVersion, left.UID, left.CreationTimestamp = "", "", metav1.Time{}
+	left.Annotations[kube.ApprovedAnnotation] = string(first.UID)
+	if _, err := secrets.Create(ctx, left, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admin.CertificatesV1().CertificateSigningRequests().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again := mustNamedCSR(t, e, tok.Bearer(), "node-u", name)
+	if again.UID == first.UID {
+		t.Fatal("the request made again has the first one's UID")
+	}
+	d := decisionFor(t, a, name)
+	if d.Outcome != kube.Denied || d.Reason != kube.ReasonSpentToken {
+		t.Fatalf("a request of the same name with the spent token: %+v, want denied as spent_token", d)
+	}
+	if approved, denied, _ := conditions(t, e, name); approved || !denied {
+		t.Fatalf("a request of the same name with the spent token: approved %v, denied %v; want denied", approved, denied)
+	}
+	if tokenExists(t, e, tok.ID) {
+		t.Fatal("the spent token, met again, was not deleted")
+	}
+}
+
+// TestIssuerKeepsOneTokenPerNode: issuing a node's token again (an
+// install run again) deletes the node's earlier tokens, and no other
+// node's.
+func TestIssuerKeepsOneTokenPerNode(t *testing.T) {
+	e := setup(t)
+	ctx := t.Context()
+	runID := newRunID()
+	issuer := kube.TokenIssuer{Client: e.fleetd, Signer: joinKey, TTL: time.Hour}
+	first, _, _, err := issuer.IssueBootstrapToken(ctx, "node-o-"+runID, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _, _, err := issuer.IssueBootstrapToken(ctx, "node-p-"+runID, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, _, _, err := issuer.IssueBootstrapToken(ctx, "node-o-"+runID, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tokenExists(t, e, first) {
+		t.Error("the node's earlier token is still there after it was issued a new one")
+	}
+	if !tokenExists(t, e, second) {
+		t.Error("the node's new token is not there")
+	}
+	if !tokenExists(t, e, other) {
+		t.Error("issuing one node's token deleted another node's")
 	}
 }

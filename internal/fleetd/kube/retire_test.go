@@ -100,11 +100,11 @@ func TestRetireDrainsAndDeletes(t *testing.T) {
 	node, other := "retire-"+runID, "retire-other-"+runID
 	pods := retireNode(t, e, node, "retire-"+runID, 2)
 
-	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, node, time.Hour, time.Now())
+	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, node, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherTok, err := kube.IssueBootstrapToken(ctx, e.fleetd, other, time.Hour, time.Now())
+	otherTok, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, other, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestRetireDrainsAndDeletes(t *testing.T) {
 	csr, _ := mustCSR(t, e, tok.Bearer(), node)
 	otherCSR, _ := mustCSR(t, e, otherTok.Bearer(), other)
 	// A spare token of the node, never used.
-	spare, err := kube.IssueBootstrapToken(ctx, e.fleetd, node, time.Hour, time.Now())
+	spare, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, node, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestRetireRespectsDisruptionBudgets(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, node, time.Hour, time.Now())
+	tok, err := kube.IssueBootstrapToken(ctx, e.fleetd, joinKey, node, time.Hour, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

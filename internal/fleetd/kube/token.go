@@ -2,7 +2,11 @@ package kube
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -12,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 const (
@@ -20,10 +26,17 @@ const (
 	// NodeLabel labels a bootstrap token's Secret with the name of the one
 	// node it may join as.
 	NodeLabel = "nodetrust.io/node"
-	// ApprovedAnnotation on a token's Secret names the certificate request
-	// the token was spent on, set before the approval so that a token is
-	// spent once even with several approvers.
-	ApprovedAnnotation = "nodetrust.io/approved-csr"
+	// ApprovedAnnotation on a token's Secret holds the UID of the
+	// certificate request the token was spent on, set before the approval
+	// so that a token is spent once even with several approvers. A UID,
+	// not a name: a request deleted and made again under the same name is
+	// another request.
+	ApprovedAnnotation = "nodetrust.io/approved-csr-uid"
+	// SignatureAnnotation on a token's Secret is fleetd's signature of it:
+	// base64 of an ECDSA P1363 signature by the JoinService signing key
+	// over tokenDigest. A labelled token without a valid one was not
+	// issued by fleetd, and the Approver leaves its requests alone.
+	SignatureAnnotation = "nodetrust.io/signature"
 	// BootstrapGroup is the extra group of every token fleetd issues; the
 	// manifests in deploy/kubernetes let it create certificate requests
 	// and nothing else.
@@ -63,17 +76,66 @@ func (t BootstrapToken) String() string {
 // GoString is String, so that %#v does not print the secret either.
 func (t BootstrapToken) GoString() string { return t.String() }
 
+// tokenDigest is what fleetd signs of a token it issues: SHA-256 of
+// "nodetrust bootstrap-token v1" || 0 || id || 0 || node || 0 ||
+// expiration (the Secret's expiration field, RFC 3339). The label keeps
+// the signature from passing for any other message of the same key.
+func tokenDigest(id, node string, expiration []byte) []byte {
+	h := sha256.New()
+	for i, part := range [][]byte{[]byte("nodetrust bootstrap-token v1"), []byte(id), []byte(node), expiration} {
+		if i > 0 {
+			h.Write([]byte{0})
+		}
+		h.Write(part)
+	}
+	return h.Sum(nil)
+}
+
+// signToken returns the SignatureAnnotation value for a token.
+func signToken(signer crypto.Signer, id, node string, expiration []byte) (string, error) {
+	sig, err := pki.SignP1363(signer, tokenDigest(id, node, expiration))
+	if err != nil {
+		return "", fmt.Errorf("sign the bootstrap token of node %s: %w", node, err)
+	}
+	return base64.StdEncoding.EncodeToString(sig), nil
+}
+
+// signedByFleetd reports whether s, a bootstrap token Secret, carries a
+// valid signature by pub over its id, node label and expiration.
+func signedByFleetd(pub *ecdsa.PublicKey, s *corev1.Secret) bool {
+	sig, err := base64.StdEncoding.DecodeString(s.Annotations[SignatureAnnotation])
+	if err != nil || len(sig) == 0 {
+		return false
+	}
+	id := string(s.Data["token-id"])
+	if s.Name != tokenSecretPrefix+id {
+		return false
+	}
+	// The name is the id's and a label value is a DNS label: neither can
+	// hold the 0 that separates the digest's parts.
+	node, ok := s.Labels[NodeLabel]
+	if !ok {
+		return false
+	}
+	return pki.VerifyP1363(pub, tokenDigest(id, node, s.Data["expiration"]), sig)
+}
+
 // IssueBootstrapToken creates a bootstrap token of node's own in the
 // cluster: a random id and secret, valid for authentication only, until
 // now+ttl, in group [BootstrapGroup], its Secret labelled with the node's
-// name. The node name must be a valid Kubernetes label value (a DNS label
-// of at most 63 characters, as node names from hostnames are).
-func IssueBootstrapToken(ctx context.Context, client kubernetes.Interface, node string, ttl time.Duration, now time.Time) (BootstrapToken, error) {
+// name and signed by signer (fleetd's JoinService signing key, an ECDSA
+// key) in [SignatureAnnotation]. The node name must be a valid Kubernetes
+// label value (a DNS label of at most 63 characters, as node names from
+// hostnames are).
+func IssueBootstrapToken(ctx context.Context, client kubernetes.Interface, signer crypto.Signer, node string, ttl time.Duration, now time.Time) (BootstrapToken, error) {
 	if errs := validation.IsDNS1123Label(node); len(errs) > 0 {
 		return BootstrapToken{}, fmt.Errorf("node name %q cannot label a bootstrap token: %s", node, errs[0])
 	}
 	if ttl <= 0 {
 		return BootstrapToken{}, fmt.Errorf("bootstrap token lifetime %s: give a positive duration", ttl)
+	}
+	if signer == nil {
+		return BootstrapToken{}, errors.New("issue a bootstrap token: no signing key (fleetd's JoinService signing key)")
 	}
 	for range 3 {
 		id, err := randomString(tokenIDLen)
@@ -85,17 +147,23 @@ func IssueBootstrapToken(ctx context.Context, client kubernetes.Interface, node 
 			return BootstrapToken{}, err
 		}
 		t := BootstrapToken{ID: id, Node: node, Expires: now.Add(ttl).UTC().Truncate(time.Second), secret: secret}
+		expiration := t.Expires.Format(time.RFC3339)
+		sig, err := signToken(signer, id, node, []byte(expiration))
+		if err != nil {
+			return BootstrapToken{}, err
+		}
 		s := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
 				Name: tokenSecretPrefix + id, Namespace: TokenNamespace,
-				Labels: map[string]string{NodeLabel: node},
+				Labels:      map[string]string{NodeLabel: node},
+				Annotations: map[string]string{SignatureAnnotation: sig},
 			},
 			Type: corev1.SecretTypeBootstrapToken,
 			StringData: map[string]string{
 				"description":                    "nodetrust: the bootstrap token of node " + node + " alone",
 				"token-id":                       id,
 				"token-secret":                   secret,
-				"expiration":                     t.Expires.Format(time.RFC3339),
+				"expiration":                     expiration,
 				"usage-bootstrap-authentication": "true",
 				"auth-extra-groups":              BootstrapGroup,
 			},
@@ -160,14 +228,25 @@ func randomString(n int) (string, error) {
 // config for (the Install RPC's service.BootstrapTokens).
 type TokenIssuer struct {
 	Client kubernetes.Interface
+	// Signer signs each token: fleetd's JoinService signing key, whose
+	// public half the Approver checks.
+	Signer crypto.Signer
 	// TTL is each token's lifetime ([kubernetes] token_lifetime).
 	TTL time.Duration
 }
 
-// IssueBootstrapToken issues node's token with IssueBootstrapToken and
-// returns its id, its bearer form (for the render alone) and its expiry.
+// IssueBootstrapToken deletes node's earlier tokens (an install issued
+// again leaves one token per node, not one per install), then issues
+// node's token with IssueBootstrapToken and returns its id, its bearer
+// form (for the render alone) and its expiry.
 func (i TokenIssuer) IssueBootstrapToken(ctx context.Context, node string, now time.Time) (id, bearer string, expires time.Time, err error) {
-	t, err := IssueBootstrapToken(ctx, i.Client, node, i.TTL, now)
+	if errs := validation.IsDNS1123Label(node); len(errs) > 0 {
+		return "", "", time.Time{}, fmt.Errorf("node name %q cannot label a bootstrap token: %s", node, errs[0])
+	}
+	if _, err := DeleteBootstrapTokens(ctx, i.Client, node); err != nil {
+		return "", "", time.Time{}, err
+	}
+	t, err := IssueBootstrapToken(ctx, i.Client, i.Signer, node, i.TTL, now)
 	if err != nil {
 		return "", "", time.Time{}, err
 	}

@@ -46,7 +46,7 @@ func TestSimInstallCarriesTheWorkersBootstrapToken(t *testing.T) {
 	rec := &recordingRenderer{next: ie.set.Renderers}
 	set := ie.set
 	set.Renderers = rec
-	set.KubeTokens = kube.TokenIssuer{Client: c.Admin(t), TTL: 3 * time.Hour}
+	set.KubeTokens = kube.TokenIssuer{Client: c.Admin(t), Signer: ie.auth.JoinSigner, TTL: 3 * time.Hour}
 	ie.srv.SetInstall(set)
 	now := ie.clock.Now()
 	if _, err := ie.join.Install(t.Context(), ie.request(t, ie.report("Gi1/0/17", time.Minute), ie.m.key, now)); err != nil {
@@ -63,6 +63,9 @@ func TestSimInstallCarriesTheWorkersBootstrapToken(t *testing.T) {
 	if s.Labels[kube.NodeLabel] != "web-01" || string(s.Data["token-secret"]) != secret ||
 		string(s.Data["expiration"]) != now.Add(3*time.Hour).UTC().Truncate(time.Second).Format(time.RFC3339) {
 		t.Errorf("the token's Secret: labels %v, expiration %s", s.Labels, s.Data["expiration"])
+	}
+	if s.Annotations[kube.SignatureAnnotation] == "" {
+		t.Errorf("the token's Secret carries no %s annotation: fleetd's approver would not judge it", kube.SignatureAnnotation)
 	}
 	a := ie.audit(t, "install")
 	if len(a) != 1 || !strings.Contains(a[0].Detail, "Kubernetes bootstrap token "+id+" until") || strings.Contains(a[0].Detail, secret) {
@@ -86,7 +89,7 @@ func TestSimInstallRefusedWhenTheClusterIsDown(t *testing.T) {
 	}
 	ie := newInstallEnv(t, "rack1")
 	set := ie.set
-	set.KubeTokens = kube.TokenIssuer{Client: client, TTL: time.Hour}
+	set.KubeTokens = kube.TokenIssuer{Client: client, Signer: ie.auth.JoinSigner, TTL: time.Hour}
 	ie.srv.SetInstall(set)
 	_, err = ie.join.Install(t.Context(), ie.request(t, ie.report("Gi1/0/17", time.Minute), ie.m.key, ie.clock.Now()))
 	if st, _ := status.FromError(err); st.Code() != codes.Unavailable {
