@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/kube"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
@@ -42,12 +41,8 @@ func openKubernetes(cfg *config.Fleetd, nodes store.Store, log *slog.Logger) (*k
 		return nil, nil
 	}
 	path := cfg.Resolve(k.Kubeconfig)
-	open, mode, err := fileperm.OthersCanRead(path)
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes.kubeconfig: %w", err)
-	}
-	if open {
-		return nil, fmt.Errorf("kubernetes.kubeconfig: %s has mode %04o and holds fleetd's credential in the cluster: chmod 600 %s", path, mode.Perm(), path)
+	if err := checkKubeconfig("kubernetes.kubeconfig", path); err != nil {
+		return nil, err
 	}
 	client, err := kube.NewClient(path)
 	if err != nil {

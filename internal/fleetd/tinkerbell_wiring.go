@@ -7,7 +7,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/nodetrust/nodetrust/internal/fileperm"
 	"github.com/nodetrust/nodetrust/internal/fleetd/config"
 	"github.com/nodetrust/nodetrust/internal/fleetd/tinkerbell"
 )
@@ -18,13 +17,8 @@ import (
 func tinkerbellProvisioner(cfg *config.Fleetd) (*tinkerbell.Provisioner, error) {
 	tb := cfg.Tinkerbell
 	path := cfg.Resolve(tb.Kubeconfig)
-	// The kubeconfig holds a credential: others may not read it.
-	others, mode, err := fileperm.OthersCanRead(path)
-	if err != nil {
-		return nil, fmt.Errorf("tinkerbell.kubeconfig: %w", err)
-	}
-	if others {
-		return nil, fmt.Errorf("tinkerbell.kubeconfig: %s is readable by others (mode %s), and it holds a credential: chmod 600 %s", path, mode, path)
+	if err := checkKubeconfig("tinkerbell.kubeconfig", path); err != nil {
+		return nil, err
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {

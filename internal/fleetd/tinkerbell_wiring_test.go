@@ -54,6 +54,10 @@ func TestTinkerbellProvisionerFromConfig(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "chmod 600") {
 		t.Errorf("a kubeconfig others can read: %v, want a refusal with the chmod", err)
 	}
+	_, err = tinkerbellProvisioner(tinkConfig(t, testKubeconfig, 0o620))
+	if err == nil || !strings.Contains(err.Error(), "group or others may write it") {
+		t.Errorf("a kubeconfig the group can write: %v, want a refusal", err)
+	}
 	broken := strings.Replace(testKubeconfig, "kind: Config", "kind: [Config", 1)
 	_, err = tinkerbellProvisioner(tinkConfig(t, broken, 0o600))
 	if err == nil || !strings.Contains(err.Error(), "is not a kubeconfig file") {
