@@ -136,6 +136,12 @@ func ParseURI(s string) (*URI, error) {
 	if n != 1 {
 		return nil, fmt.Errorf("PKCS#11 URI %q must select its token one way: token=, serial= or slot-id=", s)
 	}
+	// Its canonical form escapes what the input may have written raw, up
+	// to three bytes for one: bound that too, so that what String writes
+	// (a log line, a saved config) always parses again.
+	if n := len(u.String()); n > maxURILen {
+		return nil, fmt.Errorf("PKCS#11 URI is %d bytes once escaped, more than %d", n, maxURILen)
+	}
 	return u, nil
 }
 
