@@ -63,20 +63,8 @@ func (d *DB) GetAdmin(ctx context.Context, serial string) (store.AdminCred, erro
 
 // ListAdmins returns every credential ordered by name, then CreatedAt.
 func (d *DB) ListAdmins(ctx context.Context) ([]store.AdminCred, error) {
-	rows, err := d.query(ctx, qListAdmins)
+	cs, err := queryAll(ctx, d, scanAdmin, qListAdmins)
 	if err != nil {
-		return nil, fmt.Errorf("list admins: %w", err)
-	}
-	defer rows.Close()
-	var cs []store.AdminCred
-	for rows.Next() {
-		c, err := scanAdmin(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list admins: %w", err)
-		}
-		cs = append(cs, c)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list admins: %w", err)
 	}
 	return cs, nil

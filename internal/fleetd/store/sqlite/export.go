@@ -109,26 +109,14 @@ func (d *DB) ListExportHolds(ctx context.Context, limit int) ([]store.ExportHold
 	if limit < 1 {
 		return nil, fmt.Errorf("list export holds: limit %d is not positive", limit)
 	}
-	rows, err := d.query(ctx, qListExportHolds, limit)
+	out, err := queryAll(ctx, d, scanExportHold, qListExportHolds, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list export holds: %w", err)
-	}
-	defer rows.Close()
-	var out []store.ExportHold
-	for rows.Next() {
-		h, err := scanExportHold(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list export holds: %w", err)
-		}
-		out = append(out, h)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list export holds: %w", err)
 	}
 	return out, nil
 }
 
-func scanExportHold(r interface{ Scan(...any) error }) (store.ExportHold, error) {
+func scanExportHold(r scanner) (store.ExportHold, error) {
 	var (
 		h                    store.ExportHold
 		first, last, allowed sql.NullInt64

@@ -199,20 +199,7 @@ func (d *DB) ListChanges(ctx context.Context, device string, limit int) ([]store
 }
 
 func (d *DB) queryDecls(ctx context.Context, q readQuery, vals ...any) ([]store.Declaration, error) {
-	rows, err := d.query(ctx, q, vals...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ds []store.Declaration
-	for rows.Next() {
-		dc, err := scanDecl(rows)
-		if err != nil {
-			return nil, err
-		}
-		ds = append(ds, dc)
-	}
-	return ds, rows.Err()
+	return queryAll(ctx, d, scanDecl, q, vals...)
 }
 
 func scanDecl(s scanner) (store.Declaration, error) {

@@ -333,20 +333,7 @@ func (d *DB) NodesByClaims(ctx context.Context, productUUID string, serials []st
 }
 
 func (d *DB) queryNodes(ctx context.Context, q readQuery, vals ...any) ([]store.Node, error) {
-	rows, err := d.query(ctx, q, vals...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var ns []store.Node
-	for rows.Next() {
-		n, err := scanNode(rows)
-		if err != nil {
-			return nil, err
-		}
-		ns = append(ns, n)
-	}
-	return ns, rows.Err()
+	return queryAll(ctx, d, scanNode, q, vals...)
 }
 
 func scanNode(s scanner) (store.Node, error) {

@@ -177,20 +177,8 @@ func (d *DB) ListUnsettledReleases(ctx context.Context, limit int) ([]store.Conf
 	if limit < 1 {
 		return nil, fmt.Errorf("list unsettled releases: limit %d is not positive", limit)
 	}
-	rows, err := d.query(ctx, qListUnsettled, limit)
+	out, err := queryAll(ctx, d, scanRelease, qListUnsettled, limit)
 	if err != nil {
-		return nil, fmt.Errorf("list unsettled releases: %w", err)
-	}
-	defer rows.Close()
-	var out []store.ConfigRelease
-	for rows.Next() {
-		r, err := scanRelease(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list unsettled releases: %w", err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list unsettled releases: %w", err)
 	}
 	return out, nil
@@ -218,7 +206,7 @@ func (d *DB) PurgeExpiredReleases(ctx context.Context, now time.Time) (int, erro
 	return int(n), nil
 }
 
-func scanRelease(r interface{ Scan(...any) error }) (store.ConfigRelease, error) {
+func scanRelease(r scanner) (store.ConfigRelease, error) {
 	var (
 		c                                        store.ConfigRelease
 		gen                                      int64

@@ -94,6 +94,24 @@ func (d *DB) query(ctx context.Context, q readQuery, vals ...any) (*sql.Rows, er
 	return d.r.QueryContext(ctx, readSQL[q], vals...)
 }
 
+// queryAll runs a reader statement and scans every row with scan.
+func queryAll[T any](ctx context.Context, d *DB, scan func(scanner) (T, error), q readQuery, vals ...any) ([]T, error) {
+	rows, err := d.query(ctx, q, vals...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
 // wtx is a write transaction and the statements bound to it.
 type wtx struct {
 	ctx   context.Context

@@ -62,20 +62,8 @@ func (d *DB) TokenByHash(ctx context.Context, hash []byte) (store.Token, error) 
 // ListTokens returns all tokens, newest (latest CreatedAt) first; tokens
 // created at the same time are ordered by ID.
 func (d *DB) ListTokens(ctx context.Context) ([]store.Token, error) {
-	rows, err := d.query(ctx, qListTokens)
+	ts, err := queryAll(ctx, d, scanToken, qListTokens)
 	if err != nil {
-		return nil, fmt.Errorf("list tokens: %w", err)
-	}
-	defer rows.Close()
-	var ts []store.Token
-	for rows.Next() {
-		t, err := scanToken(rows)
-		if err != nil {
-			return nil, fmt.Errorf("list tokens: %w", err)
-		}
-		ts = append(ts, t)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list tokens: %w", err)
 	}
 	return ts, nil
