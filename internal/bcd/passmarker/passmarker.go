@@ -20,11 +20,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/nodetrust/nodetrust/internal/atomicfile"
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // Where the marker and the boot id live on the install environment. /run
@@ -40,10 +40,6 @@ const Header = "nodetrust-boot-pass 1"
 // MaxBytes bounds a marker file.
 const MaxBytes = 512
 
-// A UUID as the marker carries it: lower-case 8-4-4-4-12 hex (SMBIOS
-// product UUIDs and the kernel's boot id alike).
-var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
 // Marker is one boot's pass.
 type Marker struct {
 	// UUID is the device's product UUID, as declared.
@@ -57,10 +53,10 @@ type Marker struct {
 // Marshal returns the marker's text; the fields must be well formed.
 func (m Marker) Marshal() ([]byte, error) {
 	u, b := strings.ToLower(m.UUID), strings.ToLower(m.BootID)
-	if !uuidRE.MatchString(u) {
+	if !pki.IsCanonicalUUID(u) {
 		return nil, fmt.Errorf("pass marker: the device UUID %.64q is not 8-4-4-4-12 hex", m.UUID)
 	}
-	if !uuidRE.MatchString(b) {
+	if !pki.IsCanonicalUUID(b) {
 		return nil, fmt.Errorf("pass marker: the boot id %.64q is not 8-4-4-4-12 hex", m.BootID)
 	}
 	if m.Time.IsZero() {
@@ -83,7 +79,7 @@ func Parse(data []byte) (Marker, error) {
 	m.UUID, ok1 = strings.CutPrefix(lines[1], "uuid ")
 	m.BootID, ok2 = strings.CutPrefix(lines[2], "boot ")
 	ts, ok3 := strings.CutPrefix(lines[4], "time ")
-	if !ok1 || !ok2 || !ok3 || !uuidRE.MatchString(m.UUID) || !uuidRE.MatchString(m.BootID) {
+	if !ok1 || !ok2 || !ok3 || !pki.IsCanonicalUUID(m.UUID) || !pki.IsCanonicalUUID(m.BootID) {
 		return Marker{}, errors.New("pass marker: malformed uuid, boot or time line")
 	}
 	t, err := time.Parse(time.RFC3339, ts)
@@ -108,7 +104,7 @@ func BootID(path string) (string, error) {
 		return "", fmt.Errorf("read the boot id: %w", err)
 	}
 	id := strings.TrimSpace(string(b))
-	if !uuidRE.MatchString(id) {
+	if !pki.IsCanonicalUUID(id) {
 		return "", fmt.Errorf("read the boot id: %s holds %.64q, not a boot id", path, id)
 	}
 	return id, nil

@@ -217,7 +217,6 @@ func (p *parser) nodes(items []*yaml.Node) []store.Declaration {
 }
 
 var (
-	uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	macRE  = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
 )
 
@@ -246,7 +245,7 @@ func (p *parser) node(n *yaml.Node) (store.Declaration, map[string]int, bool) {
 		case FieldProductUUID:
 			lines[k.Value] = v.Line
 			d.ProductUUID = strings.ToLower(p.scalar(v, k.Value))
-			if d.ProductUUID != "" && !uuidRE.MatchString(d.ProductUUID) {
+			if d.ProductUUID != "" && !pki.IsCanonicalUUID(d.ProductUUID) {
 				p.errf(v.Line, "product_uuid %q is not a UUID (8-4-4-4-12 hex digits)", d.ProductUUID)
 			}
 		case FieldMACs:

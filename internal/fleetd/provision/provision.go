@@ -17,6 +17,8 @@ import (
 	"strings"
 	"text/template"
 	"unicode"
+
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 //go:embed provision.sh.tmpl
@@ -58,8 +60,6 @@ type Params struct {
 	Installer []string
 }
 
-var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
-
 // Render checks p and returns the script. An error names the parameter.
 func Render(p Params) ([]byte, error) {
 	if p.PassMarker == "" {
@@ -89,7 +89,7 @@ func (p Params) check() error {
 	if p.Device == "" {
 		return errors.New("provision script: no device name")
 	}
-	if !uuidRE.MatchString(p.ProductUUID) {
+	if !pki.IsCanonicalUUID(p.ProductUUID) {
 		return fmt.Errorf("provision script: the product UUID %.64q is not 8-4-4-4-12 hex (the declaration's product_uuid)", p.ProductUUID)
 	}
 	for name, v := range map[string]string{"disk": p.Disk, "pass marker": p.PassMarker, "boot id file": p.BootIDFile, "code file": p.CodeFile} {
