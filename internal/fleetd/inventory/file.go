@@ -217,7 +217,7 @@ func (p *parser) nodes(items []*yaml.Node) []store.Declaration {
 }
 
 var (
-	macRE  = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
+	macRE = regexp.MustCompile(`^[0-9a-f]{2}(:[0-9a-f]{2}){5}$`)
 )
 
 // node reads one entry; lines gives the line of each field for later
