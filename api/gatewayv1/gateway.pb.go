@@ -268,6 +268,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Probe
 	//	*SessionResponse_Nonce
 	//	*SessionResponse_BootResult
+	//	*SessionResponse_End
 	Body          isSessionResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -389,6 +390,15 @@ func (x *SessionResponse) GetBootResult() *BootCheckResult {
 	return nil
 }
 
+func (x *SessionResponse) GetEnd() *SessionEnd {
+	if x != nil {
+		if x, ok := x.Body.(*SessionResponse_End); ok {
+			return x.End
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Body interface {
 	isSessionResponse_Body()
 }
@@ -435,6 +445,13 @@ type SessionResponse_BootResult struct {
 	BootResult *BootCheckResult `protobuf:"bytes,9,opt,name=boot_result,json=bootResult,proto3,oneof"`
 }
 
+type SessionResponse_End struct {
+	// The last frame of a framed session (ALPN nodetrust-session/1, see
+	// package sessionframe): why the server ends it, as a gRPC status
+	// would say it on the gRPC Session. Never sent on the gRPC Session.
+	End *SessionEnd `protobuf:"bytes,10,opt,name=end,proto3,oneof"`
+}
+
 func (*SessionResponse_Welcome) isSessionResponse_Body() {}
 
 func (*SessionResponse_Renew) isSessionResponse_Body() {}
@@ -451,6 +468,62 @@ func (*SessionResponse_Nonce) isSessionResponse_Body() {}
 
 func (*SessionResponse_BootResult) isSessionResponse_Body() {}
 
+func (*SessionResponse_End) isSessionResponse_Body() {}
+
+// SessionEnd closes a framed session: code is a gRPC status code, message
+// says why (for example that the certificate was revoked).
+type SessionEnd struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionEnd) Reset() {
+	*x = SessionEnd{}
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionEnd) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionEnd) ProtoMessage() {}
+
+func (x *SessionEnd) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionEnd.ProtoReflect.Descriptor instead.
+func (*SessionEnd) Descriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *SessionEnd) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *SessionEnd) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 type Hello struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	DaemonVersion string                 `protobuf:"bytes,1,opt,name=daemon_version,json=daemonVersion,proto3" json:"daemon_version,omitempty"`
@@ -464,7 +537,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[2]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +549,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[2]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +562,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{2}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Hello) GetDaemonVersion() string {
@@ -516,7 +589,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -528,7 +601,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -541,7 +614,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Welcome) GetNodeId() string {
@@ -567,7 +640,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +652,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +665,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Ping) GetClientTimeUnixNano() int64 {
@@ -611,7 +684,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +696,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +709,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Pong) GetServerTimeUnixNano() int64 {
@@ -656,7 +729,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +741,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +754,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -710,7 +783,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -722,7 +795,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -735,7 +808,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -768,7 +841,7 @@ type NonceRequest struct {
 
 func (x *NonceRequest) Reset() {
 	*x = NonceRequest{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -780,7 +853,7 @@ func (x *NonceRequest) String() string {
 func (*NonceRequest) ProtoMessage() {}
 
 func (x *NonceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -793,7 +866,7 @@ func (x *NonceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
 func (*NonceRequest) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NonceRequest) GetPurpose() NoncePurpose {
@@ -815,7 +888,7 @@ type BootNonce struct {
 
 func (x *BootNonce) Reset() {
 	*x = BootNonce{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +900,7 @@ func (x *BootNonce) String() string {
 func (*BootNonce) ProtoMessage() {}
 
 func (x *BootNonce) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +913,7 @@ func (x *BootNonce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootNonce.ProtoReflect.Descriptor instead.
 func (*BootNonce) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BootNonce) GetNonce() []byte {
@@ -886,7 +959,7 @@ type BootEvidence struct {
 
 func (x *BootEvidence) Reset() {
 	*x = BootEvidence{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +971,7 @@ func (x *BootEvidence) String() string {
 func (*BootEvidence) ProtoMessage() {}
 
 func (x *BootEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +984,7 @@ func (x *BootEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootEvidence.ProtoReflect.Descriptor instead.
 func (*BootEvidence) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BootEvidence) GetNonce() []byte {
@@ -973,7 +1046,7 @@ type AttestedRenew struct {
 
 func (x *AttestedRenew) Reset() {
 	*x = AttestedRenew{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1058,7 @@ func (x *AttestedRenew) String() string {
 func (*AttestedRenew) ProtoMessage() {}
 
 func (x *AttestedRenew) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1071,7 @@ func (x *AttestedRenew) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttestedRenew.ProtoReflect.Descriptor instead.
 func (*AttestedRenew) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AttestedRenew) GetRenew() *joinv1.RenewRequest {
@@ -1028,7 +1101,7 @@ type BootCheckResult struct {
 
 func (x *BootCheckResult) Reset() {
 	*x = BootCheckResult{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1040,7 +1113,7 @@ func (x *BootCheckResult) String() string {
 func (*BootCheckResult) ProtoMessage() {}
 
 func (x *BootCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1053,7 +1126,7 @@ func (x *BootCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootCheckResult.ProtoReflect.Descriptor instead.
 func (*BootCheckResult) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BootCheckResult) GetResult() string {
@@ -1091,7 +1164,7 @@ const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\rnonce_request\x18\x06 \x01(\v2\".nodetrust.gateway.v1.NonceRequestH\x00R\fnonceRequest\x12I\n" +
 	"\rboot_evidence\x18\a \x01(\v2\".nodetrust.gateway.v1.BootEvidenceH\x00R\fbootEvidence\x12L\n" +
 	"\x0eattested_renew\x18\b \x01(\v2#.nodetrust.gateway.v1.AttestedRenewH\x00R\rattestedRenewB\x06\n" +
-	"\x04body\"\x80\x04\n" +
+	"\x04body\"\xb6\x04\n" +
 	"\x0fSessionResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x129\n" +
 	"\awelcome\x18\x02 \x01(\v2\x1d.nodetrust.gateway.v1.WelcomeH\x00R\awelcome\x128\n" +
@@ -1102,8 +1175,14 @@ const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x05probe\x18\a \x01(\v2\x1a.nodetrust.gateway.v1.PingH\x00R\x05probe\x127\n" +
 	"\x05nonce\x18\b \x01(\v2\x1f.nodetrust.gateway.v1.BootNonceH\x00R\x05nonce\x12H\n" +
 	"\vboot_result\x18\t \x01(\v2%.nodetrust.gateway.v1.BootCheckResultH\x00R\n" +
-	"bootResultB\x06\n" +
-	"\x04body\"O\n" +
+	"bootResult\x124\n" +
+	"\x03end\x18\n" +
+	" \x01(\v2 .nodetrust.gateway.v1.SessionEndH\x00R\x03endB\x06\n" +
+	"\x04body\":\n" +
+	"\n" +
+	"SessionEnd\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"O\n" +
 	"\x05Hello\x12%\n" +
 	"\x0edaemon_version\x18\x01 \x01(\tR\rdaemonVersion\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +
@@ -1166,54 +1245,56 @@ func file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_nodetrust_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nodetrust_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_nodetrust_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_nodetrust_gateway_v1_gateway_proto_goTypes = []any{
 	(NoncePurpose)(0),            // 0: nodetrust.gateway.v1.NoncePurpose
 	(*SessionRequest)(nil),       // 1: nodetrust.gateway.v1.SessionRequest
 	(*SessionResponse)(nil),      // 2: nodetrust.gateway.v1.SessionResponse
-	(*Hello)(nil),                // 3: nodetrust.gateway.v1.Hello
-	(*Welcome)(nil),              // 4: nodetrust.gateway.v1.Welcome
-	(*Ping)(nil),                 // 5: nodetrust.gateway.v1.Ping
-	(*Pong)(nil),                 // 6: nodetrust.gateway.v1.Pong
-	(*RevocationNotice)(nil),     // 7: nodetrust.gateway.v1.RevocationNotice
-	(*Error)(nil),                // 8: nodetrust.gateway.v1.Error
-	(*NonceRequest)(nil),         // 9: nodetrust.gateway.v1.NonceRequest
-	(*BootNonce)(nil),            // 10: nodetrust.gateway.v1.BootNonce
-	(*BootEvidence)(nil),         // 11: nodetrust.gateway.v1.BootEvidence
-	(*AttestedRenew)(nil),        // 12: nodetrust.gateway.v1.AttestedRenew
-	(*BootCheckResult)(nil),      // 13: nodetrust.gateway.v1.BootCheckResult
-	nil,                          // 14: nodetrust.gateway.v1.BootEvidence.PcrsEntry
-	(*joinv1.RenewRequest)(nil),  // 15: nodetrust.join.v1.RenewRequest
-	(*joinv1.RenewResponse)(nil), // 16: nodetrust.join.v1.RenewResponse
+	(*SessionEnd)(nil),           // 3: nodetrust.gateway.v1.SessionEnd
+	(*Hello)(nil),                // 4: nodetrust.gateway.v1.Hello
+	(*Welcome)(nil),              // 5: nodetrust.gateway.v1.Welcome
+	(*Ping)(nil),                 // 6: nodetrust.gateway.v1.Ping
+	(*Pong)(nil),                 // 7: nodetrust.gateway.v1.Pong
+	(*RevocationNotice)(nil),     // 8: nodetrust.gateway.v1.RevocationNotice
+	(*Error)(nil),                // 9: nodetrust.gateway.v1.Error
+	(*NonceRequest)(nil),         // 10: nodetrust.gateway.v1.NonceRequest
+	(*BootNonce)(nil),            // 11: nodetrust.gateway.v1.BootNonce
+	(*BootEvidence)(nil),         // 12: nodetrust.gateway.v1.BootEvidence
+	(*AttestedRenew)(nil),        // 13: nodetrust.gateway.v1.AttestedRenew
+	(*BootCheckResult)(nil),      // 14: nodetrust.gateway.v1.BootCheckResult
+	nil,                          // 15: nodetrust.gateway.v1.BootEvidence.PcrsEntry
+	(*joinv1.RenewRequest)(nil),  // 16: nodetrust.join.v1.RenewRequest
+	(*joinv1.RenewResponse)(nil), // 17: nodetrust.join.v1.RenewResponse
 }
 var file_nodetrust_gateway_v1_gateway_proto_depIdxs = []int32{
-	3,  // 0: nodetrust.gateway.v1.SessionRequest.hello:type_name -> nodetrust.gateway.v1.Hello
-	15, // 1: nodetrust.gateway.v1.SessionRequest.renew:type_name -> nodetrust.join.v1.RenewRequest
-	5,  // 2: nodetrust.gateway.v1.SessionRequest.ping:type_name -> nodetrust.gateway.v1.Ping
-	6,  // 3: nodetrust.gateway.v1.SessionRequest.probe_ack:type_name -> nodetrust.gateway.v1.Pong
-	9,  // 4: nodetrust.gateway.v1.SessionRequest.nonce_request:type_name -> nodetrust.gateway.v1.NonceRequest
-	11, // 5: nodetrust.gateway.v1.SessionRequest.boot_evidence:type_name -> nodetrust.gateway.v1.BootEvidence
-	12, // 6: nodetrust.gateway.v1.SessionRequest.attested_renew:type_name -> nodetrust.gateway.v1.AttestedRenew
-	4,  // 7: nodetrust.gateway.v1.SessionResponse.welcome:type_name -> nodetrust.gateway.v1.Welcome
-	16, // 8: nodetrust.gateway.v1.SessionResponse.renew:type_name -> nodetrust.join.v1.RenewResponse
-	6,  // 9: nodetrust.gateway.v1.SessionResponse.pong:type_name -> nodetrust.gateway.v1.Pong
-	7,  // 10: nodetrust.gateway.v1.SessionResponse.revoked:type_name -> nodetrust.gateway.v1.RevocationNotice
-	8,  // 11: nodetrust.gateway.v1.SessionResponse.error:type_name -> nodetrust.gateway.v1.Error
-	5,  // 12: nodetrust.gateway.v1.SessionResponse.probe:type_name -> nodetrust.gateway.v1.Ping
-	10, // 13: nodetrust.gateway.v1.SessionResponse.nonce:type_name -> nodetrust.gateway.v1.BootNonce
-	13, // 14: nodetrust.gateway.v1.SessionResponse.boot_result:type_name -> nodetrust.gateway.v1.BootCheckResult
-	0,  // 15: nodetrust.gateway.v1.NonceRequest.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
-	0,  // 16: nodetrust.gateway.v1.BootNonce.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
-	14, // 17: nodetrust.gateway.v1.BootEvidence.pcrs:type_name -> nodetrust.gateway.v1.BootEvidence.PcrsEntry
-	15, // 18: nodetrust.gateway.v1.AttestedRenew.renew:type_name -> nodetrust.join.v1.RenewRequest
-	11, // 19: nodetrust.gateway.v1.AttestedRenew.evidence:type_name -> nodetrust.gateway.v1.BootEvidence
-	1,  // 20: nodetrust.gateway.v1.Gateway.Session:input_type -> nodetrust.gateway.v1.SessionRequest
-	2,  // 21: nodetrust.gateway.v1.Gateway.Session:output_type -> nodetrust.gateway.v1.SessionResponse
-	21, // [21:22] is the sub-list for method output_type
-	20, // [20:21] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	4,  // 0: nodetrust.gateway.v1.SessionRequest.hello:type_name -> nodetrust.gateway.v1.Hello
+	16, // 1: nodetrust.gateway.v1.SessionRequest.renew:type_name -> nodetrust.join.v1.RenewRequest
+	6,  // 2: nodetrust.gateway.v1.SessionRequest.ping:type_name -> nodetrust.gateway.v1.Ping
+	7,  // 3: nodetrust.gateway.v1.SessionRequest.probe_ack:type_name -> nodetrust.gateway.v1.Pong
+	10, // 4: nodetrust.gateway.v1.SessionRequest.nonce_request:type_name -> nodetrust.gateway.v1.NonceRequest
+	12, // 5: nodetrust.gateway.v1.SessionRequest.boot_evidence:type_name -> nodetrust.gateway.v1.BootEvidence
+	13, // 6: nodetrust.gateway.v1.SessionRequest.attested_renew:type_name -> nodetrust.gateway.v1.AttestedRenew
+	5,  // 7: nodetrust.gateway.v1.SessionResponse.welcome:type_name -> nodetrust.gateway.v1.Welcome
+	17, // 8: nodetrust.gateway.v1.SessionResponse.renew:type_name -> nodetrust.join.v1.RenewResponse
+	7,  // 9: nodetrust.gateway.v1.SessionResponse.pong:type_name -> nodetrust.gateway.v1.Pong
+	8,  // 10: nodetrust.gateway.v1.SessionResponse.revoked:type_name -> nodetrust.gateway.v1.RevocationNotice
+	9,  // 11: nodetrust.gateway.v1.SessionResponse.error:type_name -> nodetrust.gateway.v1.Error
+	6,  // 12: nodetrust.gateway.v1.SessionResponse.probe:type_name -> nodetrust.gateway.v1.Ping
+	11, // 13: nodetrust.gateway.v1.SessionResponse.nonce:type_name -> nodetrust.gateway.v1.BootNonce
+	14, // 14: nodetrust.gateway.v1.SessionResponse.boot_result:type_name -> nodetrust.gateway.v1.BootCheckResult
+	3,  // 15: nodetrust.gateway.v1.SessionResponse.end:type_name -> nodetrust.gateway.v1.SessionEnd
+	0,  // 16: nodetrust.gateway.v1.NonceRequest.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
+	0,  // 17: nodetrust.gateway.v1.BootNonce.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
+	15, // 18: nodetrust.gateway.v1.BootEvidence.pcrs:type_name -> nodetrust.gateway.v1.BootEvidence.PcrsEntry
+	16, // 19: nodetrust.gateway.v1.AttestedRenew.renew:type_name -> nodetrust.join.v1.RenewRequest
+	12, // 20: nodetrust.gateway.v1.AttestedRenew.evidence:type_name -> nodetrust.gateway.v1.BootEvidence
+	1,  // 21: nodetrust.gateway.v1.Gateway.Session:input_type -> nodetrust.gateway.v1.SessionRequest
+	2,  // 22: nodetrust.gateway.v1.Gateway.Session:output_type -> nodetrust.gateway.v1.SessionResponse
+	22, // [22:23] is the sub-list for method output_type
+	21, // [21:22] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_gateway_v1_gateway_proto_init() }
@@ -1239,6 +1320,7 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 		(*SessionResponse_Probe)(nil),
 		(*SessionResponse_Nonce)(nil),
 		(*SessionResponse_BootResult)(nil),
+		(*SessionResponse_End)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1246,7 +1328,7 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_gateway_v1_gateway_proto_rawDesc), len(file_nodetrust_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
