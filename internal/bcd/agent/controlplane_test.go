@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -50,6 +51,9 @@ type controlPlane struct {
 	admin adminv1.AdminClient
 	// srv is the Server start made last.
 	srv *service.Server
+	// grpcOnly serves as a fleetd older than the framed session does:
+	// the gRPC server alone, whose TLS offers h2 and nothing else.
+	grpcOnly bool
 
 	mu   sync.Mutex
 	stop func()
@@ -59,6 +63,13 @@ type controlPlane struct {
 // an hour, so that one issued with the clock shifted back (see joinNode)
 // is due for renewal at once while a renewed one is not.
 func startControlPlane(t *testing.T, tweak ...func(*service.Config)) *controlPlane {
+	t.Helper()
+	return startControlPlaneOf(t, false, tweak...)
+}
+
+// startControlPlaneOf is startControlPlane, of a fleetd that does not
+// offer the framed session when grpcOnly is set.
+func startControlPlaneOf(t *testing.T, grpcOnly bool, tweak ...func(*service.Config)) *controlPlane {
 	t.Helper()
 	dir := t.TempDir()
 	pkiDir := filepath.Join(dir, "pki")
@@ -82,7 +93,8 @@ func startControlPlane(t *testing.T, tweak ...func(*service.Config)) *controlPla
 	}
 	t.Cleanup(func() { db.Close() })
 	cp := &controlPlane{
-		auth: auth, jwk: jwk, db: db, store: storefault.New(db),
+		grpcOnly: grpcOnly,
+		auth:     auth, jwk: jwk, db: db, store: storefault.New(db),
 		pins: config.Pins{ServingCA: b.ServingCASPKIPin, JoinSigning: b.JoinSigningKeyPin, JoinEncryption: b.JoinEncryptionKeyPin},
 	}
 	cp.cfg = service.Config{
@@ -130,7 +142,18 @@ func (cp *controlPlane) start(t *testing.T) {
 	cp.addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ctx, ln) }()
+	if cp.grpcOnly {
+		lim, err := srv.LimitListener(ln, "grpc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := srv.GRPCServer(lim)
+		go func() { done <- g.Serve(lim) }()
+		// Held sessions never end by themselves: no graceful stop.
+		context.AfterFunc(ctx, g.Stop)
+	} else {
+		go func() { done <- srv.Serve(ctx, ln) }()
+	}
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -197,8 +220,9 @@ type watch struct {
 	journal chan journalEntry
 	opened  chan struct{} // one per "session open" logged
 
-	mu   sync.Mutex
-	msgs []string
+	mu         sync.Mutex
+	msgs       []string
+	transports []string // each opened session's, in order
 }
 
 func newWatch() *watch {
@@ -216,6 +240,16 @@ func (w *watch) Enabled(context.Context, slog.Level) bool { return true }
 func (w *watch) Handle(_ context.Context, r slog.Record) error {
 	w.mu.Lock()
 	w.msgs = append(w.msgs, r.Message)
+	if r.Message == "session open" {
+		tr := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "transport" {
+				tr = a.Value.String()
+			}
+			return true
+		})
+		w.transports = append(w.transports, tr)
+	}
 	w.mu.Unlock()
 	if r.Message == "session open" {
 		w.opened <- struct{}{}
@@ -225,6 +259,13 @@ func (w *watch) Handle(_ context.Context, r slog.Record) error {
 
 func (w *watch) WithAttrs([]slog.Attr) slog.Handler { return w }
 func (w *watch) WithGroup(string) slog.Handler      { return w }
+
+// sessionTransports returns the transport of each session opened so far.
+func (w *watch) sessionTransports() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.transports)
+}
 
 // logged reports how many times msg was logged.
 func (w *watch) logged(msg string) int {
