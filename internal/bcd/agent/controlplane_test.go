@@ -51,9 +51,6 @@ type controlPlane struct {
 	admin adminv1.AdminClient
 	// srv is the Server start made last.
 	srv *service.Server
-	// grpcOnly serves as a fleetd older than the framed session does:
-	// the gRPC server alone, whose TLS offers h2 and nothing else.
-	grpcOnly bool
 
 	mu   sync.Mutex
 	stop func()
@@ -63,13 +60,6 @@ type controlPlane struct {
 // an hour, so that one issued with the clock shifted back (see joinNode)
 // is due for renewal at once while a renewed one is not.
 func startControlPlane(t *testing.T, tweak ...func(*service.Config)) *controlPlane {
-	t.Helper()
-	return startControlPlaneOf(t, false, tweak...)
-}
-
-// startControlPlaneOf is startControlPlane, of a fleetd that does not
-// offer the framed session when grpcOnly is set.
-func startControlPlaneOf(t *testing.T, grpcOnly bool, tweak ...func(*service.Config)) *controlPlane {
 	t.Helper()
 	dir := t.TempDir()
 	pkiDir := filepath.Join(dir, "pki")
@@ -93,8 +83,7 @@ func startControlPlaneOf(t *testing.T, grpcOnly bool, tweak ...func(*service.Con
 	}
 	t.Cleanup(func() { db.Close() })
 	cp := &controlPlane{
-		grpcOnly: grpcOnly,
-		auth:     auth, jwk: jwk, db: db, store: storefault.New(db),
+		auth: auth, jwk: jwk, db: db, store: storefault.New(db),
 		pins: config.Pins{ServingCA: b.ServingCASPKIPin, JoinSigning: b.JoinSigningKeyPin, JoinEncryption: b.JoinEncryptionKeyPin},
 	}
 	cp.cfg = service.Config{
@@ -142,18 +131,7 @@ func (cp *controlPlane) start(t *testing.T) {
 	cp.addr = ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	if cp.grpcOnly {
-		lim, err := srv.LimitListener(ln, "grpc")
-		if err != nil {
-			t.Fatal(err)
-		}
-		g := srv.GRPCServer(lim)
-		go func() { done <- g.Serve(lim) }()
-		// Held sessions never end by themselves: no graceful stop.
-		context.AfterFunc(ctx, g.Stop)
-	} else {
-		go func() { done <- srv.Serve(ctx, ln) }()
-	}
+	go func() { done <- srv.Serve(ctx, ln) }()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
