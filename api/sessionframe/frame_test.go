@@ -173,3 +173,28 @@ func TestConnectionLostIsUnavailable(t *testing.T) {
 		t.Fatalf("got %v, want Unavailable", err)
 	}
 }
+
+func TestDialSendsTheLeafAlone(t *testing.T) {
+	srvCfg, cliCfg := testTLS(t, ALPN)
+	srvCfg.ClientAuth = tls.RequireAnyClientCert
+	got := make(chan int, 1)
+	addr := serve(t, srvCfg, func(c *tls.Conn) {
+		got <- len(c.ConnectionState().PeerCertificates)
+		c.Close()
+	})
+	// Any two certificates: the server only counts them.
+	chain := srvCfg.Certificates[0]
+	chain.Certificate = [][]byte{chain.Certificate[0], chain.Certificate[0]}
+	cliCfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &chain, nil }
+	c, err := Dial(context.Background(), addr, cliCfg, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if n := <-got; n != 1 {
+		t.Fatalf("the server got %d certificates, want the leaf alone", n)
+	}
+	if len(chain.Certificate) != 2 {
+		t.Fatal("Dial changed the caller's certificate")
+	}
+}

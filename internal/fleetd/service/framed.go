@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -44,8 +45,75 @@ func (c *framedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 	if !ok || ti.State.NegotiatedProtocol != sessionframe.ALPN {
 		return conn, info, nil
 	}
-	c.s.serveFramed(raw, conn, ti)
+	// On a goroutine of its own: gRPC's, which made the handshake, has
+	// a deep stack that a held session would keep (16 KiB where the
+	// session needs a few); and gRPC's shutdown does not wait for it
+	// (Serve does, framedConns.shutdown).
+	if !c.s.framed.add(conn) {
+		_ = conn.Close()
+		return nil, nil, credentials.ErrConnDispatched
+	}
+	go func() {
+		defer c.s.framed.remove(conn)
+		c.s.serveFramed(raw, conn, ti)
+	}()
 	return nil, nil, credentials.ErrConnDispatched
+}
+
+// framedConns are the framed sessions' connections, so that a stopping
+// server waits for their sessions to end and closes the stragglers.
+type framedConns struct {
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// add records c; false once the server stops.
+func (f *framedConns) add(c net.Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	if f.conns == nil {
+		f.conns = map[net.Conn]struct{}{}
+	}
+	f.conns[c] = struct{}{}
+	f.wg.Add(1)
+	return true
+}
+
+func (f *framedConns) remove(c net.Conn) {
+	f.mu.Lock()
+	delete(f.conns, c)
+	f.mu.Unlock()
+	f.wg.Done()
+}
+
+// shutdown refuses new framed sessions and waits for those held to end
+// (the session registry's closeAll ended them); after grace it closes the
+// connections left (one still waiting for its Hello, a node that reads
+// nothing) and waits for their goroutines.
+func (f *framedConns) shutdown(grace time.Duration) {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	ended := make(chan struct{})
+	go func() { f.wg.Wait(); close(ended) }()
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-ended:
+		return
+	case <-t.C:
+	}
+	f.mu.Lock()
+	for c := range f.conns {
+		_ = c.Close()
+	}
+	f.mu.Unlock()
+	<-ended
 }
 
 func (c *framedCreds) Clone() credentials.TransportCredentials {
@@ -69,20 +137,26 @@ func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
 			_ = tc.SetKeepAliveConfig(sessionframe.Keepalive)
 		}
 	}
-	// gRPC's handshake deadline still runs: the Hello must come within
-	// it too. Then no deadline: a session is held for as long as the
-	// node lives, and TCP keepalive finds a node that vanished.
+	// The Hello must come within the handshake timeout (a timer: gRPC
+	// clears the connection's deadlines once it lets go of it). Then
+	// nothing times out: a session is held for as long as the node
+	// lives, and TCP keepalive finds a node that vanished.
+	hello := time.AfterFunc(s.cfg.Limits.HandshakeTimeout, func() { _ = conn.Close() })
 	caller, err := s.nodeFromPeer(ctx)
 	if err != nil {
+		hello.Stop()
 		end(err)
 		return
 	}
 	first, err := s.recvFramed(ctx, fs)
+	if !hello.Stop() {
+		_ = conn.Close()
+		return
+	}
 	if err != nil {
 		end(err)
 		return
 	}
-	_ = raw.SetDeadline(time.Time{})
 	sess, err := s.gateway.open(ctx, caller, first, fs.Send, func(sess *session) {
 		// stop must not block: the last frame is written on its own.
 		go func() {

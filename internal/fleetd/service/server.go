@@ -136,6 +136,7 @@ type Server struct {
 	boot      *bootMetrics
 	sessions  *sessions
 	gateway   *gateway
+	framed    framedConns
 	log       *slog.Logger
 	wellKnown []byte
 	clientCAs *x509.CertPool
@@ -378,6 +379,8 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	}()
 	err = g.Serve(lim)
 	close(done)
+	// gRPC let go of the framed sessions' connections: wait for them.
+	s.framed.shutdown(5 * time.Second)
 	if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("serve gRPC on %s: %w", ln.Addr(), err)
 	}
