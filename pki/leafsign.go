@@ -59,7 +59,7 @@ func (i *Issuer) signLeaf(tmpl *x509.Certificate, pub crypto.PublicKey) ([]byte,
 	if !ok {
 		return x509.CreateCertificate(rand.Reader, tmpl, i.ca, pub, i.key)
 	}
-	spki, err := x509.MarshalPKIXPublicKey(pub)
+	spki, err := marshalSPKI(pub)
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +121,30 @@ func (i *Issuer) signLeaf(tmpl *x509.Certificate, pub crypto.PublicKey) ([]byte,
 	cert = append(cert, 0)
 	cert = append(cert, sig...)
 	return appendDER(make([]byte, 0, len(cert)+4), 0x30, cert), nil
+}
+
+// derP256SPKIPrefix is the start of a P-256 key's SubjectPublicKeyInfo up
+// to its uncompressed point: SEQUENCE { SEQUENCE { id-ecPublicKey,
+// prime256v1 }, BIT STRING { 0 unused bits, ... } }.
+var derP256SPKIPrefix = []byte{
+	0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01,
+	0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00,
+}
+
+// marshalSPKI is x509.MarshalPKIXPublicKey(pub), written without
+// encoding/asn1's reflection for a P-256 key (every node key): that
+// reflection was a tenth of a leaf's signing outside the signature.
+// TestMarshalSPKIMatchesX509 compares the two.
+func marshalSPKI(pub crypto.PublicKey) ([]byte, error) {
+	k, ok := pub.(*ecdsa.PublicKey)
+	if !ok || k.Curve != elliptic.P256() {
+		return x509.MarshalPKIXPublicKey(pub)
+	}
+	point, err := k.Bytes()
+	if err != nil {
+		return nil, fmt.Errorf("P-256 public key: %w", err)
+	}
+	return append(append(make([]byte, 0, len(derP256SPKIPrefix)+len(point)), derP256SPKIPrefix...), point...), nil
 }
 
 // appendDER appends the DER element of tag and content to b.

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/asn1"
 	"encoding/pem"
 	"io"
+	"math/big"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,5 +178,43 @@ func TestLeafTimesMatchEncodingASN1(t *testing.T) {
 		if got := appendDERTime(nil, tm); !bytes.Equal(got, want) {
 			t.Errorf("%s: %x, want encoding/asn1's %x", tm, got, want)
 		}
+	}
+}
+
+func TestMarshalSPKIMatchesX509(t *testing.T) {
+	var keys []crypto.PublicKey
+	for range 8 {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k.Public())
+	}
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys = append(keys, p384.Public(), edPub)
+	for _, pub := range keys {
+		want, err := x509.MarshalPKIXPublicKey(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := marshalSPKI(pub)
+		if err != nil {
+			t.Fatalf("marshalSPKI(%T): %v", pub, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("marshalSPKI(%T) = %x, want x509's %x", pub, got, want)
+		}
+	}
+	// A point off the curve is refused, as x509 refuses it.
+	bad := &ecdsa.PublicKey{Curve: elliptic.P256(), X: big.NewInt(1), Y: big.NewInt(1)}
+	if _, err := marshalSPKI(bad); err == nil {
+		t.Error("marshalSPKI accepted a point off the curve")
 	}
 }
