@@ -75,7 +75,7 @@ fuzz-ci:
 # held session, a leaf's signing and a call from a known machine.
 bench-smoke:
 	$(GO) test -run '^$$' -benchtime 1x -bench 'Join|RenewVerify|SessionHold' ./internal/fleetd/service/
-	$(GO) test -run '^$$' -benchtime 1x -bench 'Issue' ./pki/
+	$(GO) test -run '^$$' -benchtime 1x -bench 'Issue|Sign' ./pki/ ./pki/joinresponse/
 	$(GO) test -run '^$$' -benchtime 1x -bench 'VerifyRemoteCached|VerifyMachineProof' ./callsig/
 
 # The TPM simulator needs cgo and the tpmsim build tag; release builds have

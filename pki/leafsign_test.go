@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/pem"
 	"io"
@@ -175,5 +178,81 @@ func TestLeafTimesMatchEncodingASN1(t *testing.T) {
 		if got := appendDERTime(nil, tm); !bytes.Equal(got, want) {
 			t.Errorf("%s: %x, want encoding/asn1's %x", tm, got, want)
 		}
+	}
+}
+
+func TestMarshalSPKIMatchesX509(t *testing.T) {
+	var keys []crypto.PublicKey
+	for range 8 {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, k.Public())
+	}
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edPub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys = append(keys, p384.Public(), edPub)
+	for _, pub := range keys {
+		want, err := x509.MarshalPKIXPublicKey(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := marshalSPKI(pub)
+		if err != nil {
+			t.Fatalf("marshalSPKI(%T): %v", pub, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("marshalSPKI(%T) = %x, want x509's %x", pub, got, want)
+		}
+	}
+}
+
+func TestMarshalSubjectMatchesEncodingASN1(t *testing.T) {
+	var values []string
+	for b := range 128 {
+		values = append(values, "a"+string(rune(b))+"z")
+	}
+	values = append(values, "", "node-1", "ams1", "example.test", "Zürich", "東京", "a*b", "a&b", "x\x00y",
+		strings.Repeat("r", 127), strings.Repeat("é", 100), strings.Repeat("s", 300))
+	names := []pkix.Name{
+		{CommonName: "n1", Organization: []string{"example.test"}},
+		{CommonName: "n1", Organization: []string{"example.test"}, OrganizationalUnit: []string{"worker"}, Locality: []string{"ams1"}},
+		{Organization: []string{""}},
+		{},
+		// Not a subject Issue makes: encoding/asn1 writes them.
+		{CommonName: "n1", Organization: []string{"a", "b"}},
+		{CommonName: "n1", Country: []string{"NL"}},
+		{CommonName: "n1", SerialNumber: "42"},
+		{CommonName: "n1", ExtraNames: []pkix.AttributeTypeAndValue{{Type: asn1.ObjectIdentifier{2, 5, 4, 5}, Value: "7"}}},
+	}
+	for i, v := range values {
+		w := values[(i*7+3)%len(values)]
+		names = append(names,
+			pkix.Name{CommonName: v, Organization: []string{w}, OrganizationalUnit: []string{v}, Locality: []string{w}},
+			pkix.Name{CommonName: w, Organization: []string{v}, Locality: []string{v}})
+	}
+	for _, n := range names {
+		want, err := asn1.Marshal(n.ToRDNSequence())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := marshalSubject(n)
+		if err != nil {
+			t.Fatalf("marshalSubject(%+v): %v", n, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Errorf("marshalSubject(%+v) = %x, want encoding/asn1's %x", n, got, want)
+		}
+	}
+	// Invalid UTF-8 is refused, as encoding/asn1 refuses it.
+	if _, err := marshalSubject(pkix.Name{CommonName: "n1", OrganizationalUnit: []string{"\xff"}}); err == nil {
+		t.Error("marshalSubject accepted invalid UTF-8")
 	}
 }

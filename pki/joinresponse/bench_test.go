@@ -17,3 +17,15 @@ func BenchmarkOpen(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSign is the server's signature of a join or renewal result.
+func BenchmarkSign(b *testing.B) {
+	a := newAuthority(b)
+	r := joinResult(b, a, newNodeRequest(b), "n1", "worker", "ams1")
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Sign(a.JoinSigner, r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -58,7 +60,7 @@ func signLabelled(signer crypto.Signer, m proto.Message, label, what string) (*j
 	if signer == nil {
 		return nil, fmt.Errorf("sign %s: signer and result are required", what)
 	}
-	spki, err := x509.MarshalPKIXPublicKey(signer.Public())
+	spki, kid, err := signingKeyDER(signer.Public())
 	if err != nil {
 		return nil, fmt.Errorf("sign %s: signing key: %w", what, err)
 	}
@@ -73,9 +75,39 @@ func signLabelled(signer crypto.Signer, m proto.Message, label, what string) (*j
 	return &joinv1.SignedJoinResult{
 		Payload:    payload,
 		Signature:  sig,
-		Kid:        pki.PinOfSPKI(spki).String(),
+		Kid:        kid,
 		SigningKey: spki,
 	}, nil
+}
+
+// lastSigningKey is the SubjectPublicKeyInfo DER and the kid of the last
+// key that signed: a server signs every result with its one JoinService
+// key, and encoding that key again for each result cost about a sixth of a
+// renewal's response signature.
+var lastSigningKey atomic.Pointer[signingKeyCache]
+
+type signingKeyCache struct {
+	pub  crypto.PublicKey
+	spki []byte
+	kid  string
+}
+
+// signingKeyDER returns pub's SubjectPublicKeyInfo DER (a copy the
+// caller owns) and its pin as a kid, from lastSigningKey when pub is
+// that key.
+func signingKeyDER(pub crypto.PublicKey) ([]byte, string, error) {
+	if c := lastSigningKey.Load(); c != nil {
+		if k, ok := pub.(interface{ Equal(crypto.PublicKey) bool }); ok && k.Equal(c.pub) {
+			return slices.Clone(c.spki), c.kid, nil
+		}
+	}
+	spki, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, "", err
+	}
+	c := &signingKeyCache{pub: pub, spki: spki, kid: pki.PinOfSPKI(spki).String()}
+	lastSigningKey.Store(c)
+	return slices.Clone(spki), c.kid, nil
 }
 
 // signingKey checks that s names the trusted signing key by pin (its

@@ -3,6 +3,7 @@ package joinresponse
 import (
 	"bytes"
 	"crypto/sha256"
+	"crypto/x509"
 	"testing"
 	"time"
 
@@ -72,6 +73,32 @@ func TestSignIsDeterministic(t *testing.T) {
 	}
 	if !bytes.Equal(s1.GetPayload(), s2.GetPayload()) {
 		t.Error("payloads of one result differ")
+	}
+}
+
+// TestSignNamesEachSignersKey: results signed by two servers' keys in
+// turn each name and open under their own key, whatever was signed
+// before, and a result's signing key is its own to change.
+func TestSignNamesEachSignersKey(t *testing.T) {
+	authorities := []*pki.Authority{newAuthority(t), newAuthority(t)}
+	req := newNodeRequest(t)
+	for i := range 6 {
+		a := authorities[i%2]
+		want, err := x509.MarshalPKIXPublicKey(a.JoinSigner.Public())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Sign(a.JoinSigner, joinResult(t, a, req, "n1", "worker", ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(s.GetSigningKey(), want) || s.GetKid() != a.Bundle.JoinSigningKeyPin.String() {
+			t.Fatalf("result %d names key %x, kid %s; want %x, %s", i, s.GetSigningKey(), s.GetKid(), want, a.Bundle.JoinSigningKeyPin)
+		}
+		if _, err := Open(s, Expect{SigningKeyPin: a.Bundle.JoinSigningKeyPin, CSRSHA256: req.csrHash, PublicKey: req.key.Public(), Now: testNow}); err != nil {
+			t.Fatalf("result %d: %v", i, err)
+		}
+		s.SigningKey[len(s.SigningKey)-1] ^= 1
 	}
 }
 

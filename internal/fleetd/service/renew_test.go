@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
+	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/service"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
@@ -217,25 +218,6 @@ func TestRenewRefusals(t *testing.T) {
 			code: codes.InvalidArgument, msg: "the renewal must certify a new key",
 		},
 		{
-			name: "a proof by another key than the certified one revokes the node (a cloned certificate)",
-			edit: func(t *testing.T, e *env, n, other *node, r *renewal) {
-				r.req.Proof, _ = pki.SignRenewProof(r.key, r.csrHash, r.req.ClientTimeUnixNano)
-			},
-			code: codes.Unauthenticated, msg: "renewal proof does not verify with the certified key; the certificate was revoked",
-			after: func(t *testing.T, e *env, n *node) {
-				const reason = "renewal proof by a key other than the certified one"
-				if got := e.storedNode(t, n.id); got.State != store.StateRevoked || got.Generation != n.gen+1 {
-					t.Errorf("node after a cloned proof: state %s generation %d, want revoked at %d", got.State, got.Generation, n.gen+1)
-				}
-				if c := e.storedCert(t, n.serial()); c.RevokedAt.IsZero() || c.RevokedReason != reason {
-					t.Errorf("certificate after a cloned proof: %+v", c)
-				}
-				if a := e.audit(t, "node.revoke"); len(a) != 1 || a[0].Actor != "fleetd" || a[0].Subject != n.id || a[0].Detail != reason {
-					t.Errorf("revocation audit %+v, want one by fleetd", a)
-				}
-			},
-		},
-		{
 			name: "a revocation between the checks and the record",
 			edit: func(t *testing.T, e *env, n, other *node, r *renewal) {
 				e.store.Before("RecordRenewalLimited", 1, func(ctx context.Context) error {
@@ -324,6 +306,78 @@ func TestRenewRefusals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRenewalProofOnlyForACertificateTheConnectionDidNotProve: the
+// handshake proved the key of the connection's certificate, and one issued
+// on the session was issued to its holder, so neither needs the renewal
+// proof (docs/performance.md); any other certificate does, and a proof by
+// another key than its own revokes the node as cloned.
+func TestRenewalProofOnlyForACertificateTheConnectionDidNotProve(t *testing.T) {
+	t.Run("the connection's certificate renews without a proof", func(t *testing.T) {
+		e := newEnv(t)
+		n := e.newNode(t, "web")
+		client, _ := e.nodeClients(t, n)
+		r := e.renewal(t, n)
+		r.req.Proof = nil
+		resp, err := client.Renew(t.Context(), r.req)
+		if err != nil {
+			t.Fatalf("Renew without a proof: %v", err)
+		}
+		next := e.renewed(t, n, r, resp.Signed)
+		if got := e.storedNode(t, n.id); got.State != store.StateActive || got.CertSerial != next.serial() {
+			t.Errorf("node after the renewal: state %s serial %s, want active with %s", got.State, got.CertSerial, next.serial())
+		}
+	})
+	t.Run("a certificate issued on the session renews with a proof by another key", func(t *testing.T) {
+		e := newEnv(t)
+		n := e.newNode(t, "web")
+		_, gw := e.nodeClients(t, n)
+		stream, _ := openSession(t, gw, "proc-a")
+		r := e.renewal(t, n)
+		m := call(t, stream, &gatewayv1.SessionRequest{Id: 2, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
+		if m.GetRenew() == nil {
+			t.Fatalf("answer %v, want a renewal", m)
+		}
+		n = e.renewed(t, n, r, m.GetRenew().Signed)
+		r = e.renewal(t, n)
+		r.req.Proof, _ = pki.SignRenewProof(r.key, r.csrHash, r.req.ClientTimeUnixNano)
+		m = call(t, stream, &gatewayv1.SessionRequest{Id: 3, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
+		if m.GetRenew() == nil {
+			t.Fatalf("answer %v, want a renewal", m)
+		}
+		next := e.renewed(t, n, r, m.GetRenew().Signed)
+		if got := e.storedNode(t, n.id); got.State != store.StateActive || got.CertSerial != next.serial() {
+			t.Errorf("node after the renewal: state %s serial %s, want active with %s", got.State, got.CertSerial, next.serial())
+		}
+	})
+	t.Run("another certificate of the node with a proof by another key revokes the node (a cloned certificate)", func(t *testing.T) {
+		e := newEnv(t)
+		n := e.newNode(t, "web")
+		client, _ := e.nodeClients(t, n)
+		r := e.renewal(t, n)
+		resp, err := client.Renew(t.Context(), r.req)
+		if err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		// The node's current certificate, on a connection that proved
+		// the one before it: each unary call is its own caller.
+		next := e.renewed(t, n, r, resp.Signed)
+		r = e.renewal(t, next)
+		r.req.Proof, _ = pki.SignRenewProof(r.key, r.csrHash, r.req.ClientTimeUnixNano)
+		_, err = client.Renew(t.Context(), r.req)
+		wantStatus(t, err, codes.Unauthenticated, "renewal proof does not verify with the certified key; the certificate was revoked")
+		const reason = "renewal proof by a key other than the certified one"
+		if got := e.storedNode(t, n.id); got.State != store.StateRevoked || got.Generation != n.gen+1 {
+			t.Errorf("node after a cloned proof: state %s generation %d, want revoked at %d", got.State, got.Generation, n.gen+1)
+		}
+		if c := e.storedCert(t, next.serial()); c.RevokedAt.IsZero() || c.RevokedReason != reason {
+			t.Errorf("certificate after a cloned proof: %+v", c)
+		}
+		if a := e.audit(t, "node.revoke"); len(a) != 1 || a[0].Actor != "fleetd" || a[0].Subject != n.id || a[0].Detail != reason {
+			t.Errorf("revocation audit %+v, want one by fleetd", a)
+		}
+	})
 }
 
 func TestRenewWithoutANodeCertificate(t *testing.T) {
