@@ -23,10 +23,14 @@ const DefaultMaxProofEntries = 4096
 // (the same *x509.CertPool and trust domain) and namespace, and only while
 // every certificate of the verified chain is valid: from the latest
 // NotBefore to the earliest NotAfter of the chain, root included. Anything
-// else is verified again in full. [ProofCache.ForgetNode] drops the entries
-// of a node, for a daemon that learns that a node was revoked; a daemon that
-// renews its trust bundle gets a new pool and so misses every entry made
-// against the old one.
+// else is verified again in full. [ProofCache.RevokeNode] records that a
+// node was revoked, for a daemon that learns it (fleetd's revocation feed):
+// its entries are dropped and, from then on, its proofs whose leaf was
+// issued before the revocation are refused, cached or not — without it, a
+// revoked node whose certificate has not expired would pass the full
+// verification again, which checks no revocation. [ProofCache.ForgetNode]
+// only drops the entries of a node. A daemon that renews its trust bundle
+// gets a new pool and so misses every entry made against the old one.
 //
 // The cache is bounded: when it holds its cap, an expired entry or else the
 // oldest one makes room. A hostile peer can therefore only evict entries
@@ -39,7 +43,21 @@ type ProofCache struct {
 	order   [][sha256.Size]byte // insertion order, oldest first, for eviction
 	hits    uint64
 	misses  uint64
+	// revoked maps a revoked node to the time of its latest known
+	// revocation; proofs whose leaf was issued before it are refused.
+	revoked map[string]time.Time
 }
+
+// MaxRevokedNodes bounds the revocations a [ProofCache] remembers. When it
+// holds this many, those older than RevocationMemory are dropped, and else
+// the oldest: its certificates are the first to expire.
+const MaxRevokedNodes = 65536
+
+// RevocationMemory is how long a [ProofCache] remembers a revocation: a
+// node certificate lives at most 24 hours, so every leaf issued before the
+// revocation has expired by then; the extra hour covers clocks a little
+// apart.
+const RevocationMemory = 25 * time.Hour
 
 type proofEntry struct {
 	roots       *x509.CertPool
@@ -47,7 +65,10 @@ type proofEntry struct {
 	namespace   string
 	notBefore   time.Time
 	notAfter    time.Time
-	peer        Peer
+	// leafNotBefore is when the leaf (the node's certificate) starts: a
+	// leaf issued before the node's revocation is revoked.
+	leafNotBefore time.Time
+	peer          Peer
 }
 
 // NewProofCache returns a cache of at most maxEntries proofs; zero or less
@@ -56,7 +77,7 @@ func NewProofCache(maxEntries int) *ProofCache {
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxProofEntries
 	}
-	return &ProofCache{max: maxEntries, entries: make(map[[sha256.Size]byte]*proofEntry)}
+	return &ProofCache{max: maxEntries, entries: make(map[[sha256.Size]byte]*proofEntry), revoked: make(map[string]time.Time)}
 }
 
 // Verify returns the peer that the machine proof encoded in data proves, as
@@ -77,6 +98,10 @@ func (c *ProofCache) Verify(data []byte, trust TrustBundle, namespace string, no
 		e := c.entries[key]
 		if e != nil && e.roots == trust.Roots && trust.Roots != nil && e.trustDomain == trust.TrustDomain &&
 			e.namespace == namespace && !now.Before(e.notBefore) && !now.After(e.notAfter) {
+			if err := c.revokedLocked(e.peer.NodeID, e.leafNotBefore); err != nil {
+				c.mu.Unlock()
+				return nil, err
+			}
 			c.hits++
 			p := e.peer
 			c.mu.Unlock()
@@ -100,8 +125,26 @@ func (c *ProofCache) Verify(data []byte, trust TrustBundle, namespace string, no
 	e := &proofEntry{roots: trust.Roots, trustDomain: trust.TrustDomain, namespace: namespace, peer: *peer}
 	e.peer.SenderKey = append(ed25519.PublicKey(nil), peer.SenderKey...)
 	e.notBefore, e.notAfter = chainValidity(chain)
+	e.leafNotBefore = chain[0].NotBefore
+	c.mu.Lock()
+	err = c.revokedLocked(peer.NodeID, e.leafNotBefore)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	c.add(key, e, now)
 	return peer, nil
+}
+
+// revokedLocked refuses a proof of node nodeID whose leaf started at
+// leafNotBefore when the node was revoked after that. c.mu is held.
+func (c *ProofCache) revokedLocked(nodeID string, leafNotBefore time.Time) error {
+	at, ok := c.revoked[nodeID]
+	if !ok || !leafNotBefore.Before(at) {
+		return nil
+	}
+	return reject(CheckMachineProof, "node %s was revoked at %s, after its certificate was issued (%s): it needs a new certificate",
+		nodeID, at.UTC().Format(time.RFC3339), leafNotBefore.UTC().Format(time.RFC3339))
 }
 
 // chainValidity returns the span in which every certificate of chain is
@@ -173,10 +216,55 @@ func (c *ProofCache) ForgetNode(nodeID string) {
 	c.order = kept
 }
 
+// RevokeNode records that node nodeID was revoked at revokedAt: it drops
+// the node's proofs, and refuses its proofs whose leaf certificate starts
+// (NotBefore) before revokedAt, until RevocationMemory after revokedAt. A
+// certificate the node gets after the revocation starts later and is
+// served again. (fleetd starts a certificate up to a minute before it
+// issues it, for clocks a little behind: a certificate issued within that
+// minute after the revocation is refused too, until the node renews it.)
+// An earlier revocation than one already recorded changes nothing. now
+// (zero means time.Now()) drops the revocations past their memory when the
+// record is full.
+func (c *ProofCache) RevokeNode(nodeID string, revokedAt, now time.Time) {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	c.mu.Lock()
+	if at, ok := c.revoked[nodeID]; !ok || revokedAt.After(at) {
+		if !ok && len(c.revoked) >= MaxRevokedNodes {
+			c.pruneRevokedLocked(now)
+		}
+		c.revoked[nodeID] = revokedAt
+	}
+	c.mu.Unlock()
+	c.ForgetNode(nodeID)
+}
+
+// pruneRevokedLocked drops the revocations older than RevocationMemory,
+// or else the oldest one. c.mu is held.
+func (c *ProofCache) pruneRevokedLocked(now time.Time) {
+	var oldest string
+	for id, at := range c.revoked {
+		if now.Sub(at) > RevocationMemory {
+			delete(c.revoked, id)
+			continue
+		}
+		if oldest == "" || at.Before(c.revoked[oldest]) {
+			oldest = id
+		}
+	}
+	if len(c.revoked) >= MaxRevokedNodes && oldest != "" {
+		delete(c.revoked, oldest)
+	}
+}
+
 // ProofCacheStats describes a ProofCache, for metrics and status reports.
 type ProofCacheStats struct {
 	Entries    int
 	MaxEntries int
+	// RevokedNodes is the number of revocations remembered.
+	RevokedNodes int
 	// Hits and Misses count the look-ups since the cache was made.
 	Hits, Misses uint64
 }
@@ -185,5 +273,5 @@ type ProofCacheStats struct {
 func (c *ProofCache) Stats() ProofCacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ProofCacheStats{Entries: len(c.entries), MaxEntries: c.max, Hits: c.hits, Misses: c.misses}
+	return ProofCacheStats{Entries: len(c.entries), MaxEntries: c.max, RevokedNodes: len(c.revoked), Hits: c.hits, Misses: c.misses}
 }

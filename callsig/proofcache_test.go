@@ -3,6 +3,7 @@ package callsig
 import (
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -138,5 +139,67 @@ func TestProofCacheIsBounded(t *testing.T) {
 	}
 	if got := c.Stats().Misses - misses; got != 1 {
 		t.Errorf("%d misses, want 1: the newest proof served, the oldest evicted", got)
+	}
+}
+
+func TestProofCacheRefusesARevokedNodesEarlierCertificates(t *testing.T) {
+	f := newTestFleet(t, testTD)
+	// Both leaves start an hour before testNow.
+	a := mustMarshalProof(t, newTestMachine(t, f.auth.Issuer, testNode, testNS).proof(t, testInst, instPub()))
+	b := mustMarshalProof(t, newTestMachine(t, f.auth.Issuer, otherNode, testNS).proof(t, testInst, instPub()))
+	c := NewProofCache(0)
+	for _, p := range [][]byte{a, b} {
+		if _, err := c.Verify(p, f.trust, testNS, testNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A revocation before the leaf was issued (an earlier identity of the
+	// node) refuses nothing.
+	c.RevokeNode(otherNode, testNow.Add(-2*time.Hour), testNow)
+	if _, err := c.Verify(b, f.trust, testNS, testNow); err != nil {
+		t.Fatalf("proof of a leaf issued after the node's revocation: %v", err)
+	}
+	// One after it refuses the cached proof, and again when the proof is
+	// verified in full; the other node is still served from the cache.
+	c.RevokeNode(otherNode, testNow.Add(-time.Minute), testNow)
+	for i := range 2 {
+		_, err := c.Verify(b, f.trust, testNS, testNow)
+		wantRejection(t, err, CheckMachineProof, "was revoked")
+		if i == 0 && c.Stats().Entries != 1 {
+			t.Errorf("after RevokeNode: %d entries, want 1", c.Stats().Entries)
+		}
+	}
+	hits := c.Stats().Hits
+	if _, err := c.Verify(a, f.trust, testNS, testNow); err != nil || c.Stats().Hits != hits+1 {
+		t.Errorf("the other node's proof: err %v, hits %d → %d, want served from the cache", err, hits, c.Stats().Hits)
+	}
+	// An earlier revocation heard later does not undo the later one.
+	c.RevokeNode(otherNode, testNow.Add(-3*time.Hour), testNow)
+	_, err := c.Verify(b, f.trust, testNS, testNow)
+	wantRejection(t, err, CheckMachineProof, "was revoked")
+	if st := c.Stats(); st.RevokedNodes != 1 {
+		t.Errorf("RevokedNodes = %d, want 1", st.RevokedNodes)
+	}
+}
+
+func TestProofCacheRevocationsAreBounded(t *testing.T) {
+	c := NewProofCache(0)
+	for i := range MaxRevokedNodes + 10 {
+		// The first ten are past their memory, the rest recent.
+		at := testNow.Add(-time.Minute)
+		if i < 10 {
+			at = testNow.Add(-RevocationMemory - time.Hour)
+		}
+		c.RevokeNode(fmt.Sprintf("node-%d", i), at, testNow)
+	}
+	if n := c.Stats().RevokedNodes; n > MaxRevokedNodes {
+		t.Fatalf("%d revocations remembered, over the bound of %d", n, MaxRevokedNodes)
+	}
+	c.mu.Lock()
+	_, old := c.revoked["node-0"]
+	_, recent := c.revoked[fmt.Sprintf("node-%d", MaxRevokedNodes+9)]
+	c.mu.Unlock()
+	if old || !recent {
+		t.Errorf("after the bound was reached: the expired revocation kept %v, the newest kept %v; want false, true", old, recent)
 	}
 }
