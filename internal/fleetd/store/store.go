@@ -106,14 +106,6 @@ type Cert struct {
 	RevokedReason string
 }
 
-// RevokedNode is a node with a revoked certificate that has not expired
-// yet: RevokedAt is the latest revocation of such a certificate, and every
-// certificate of the node issued before it is revoked.
-type RevokedNode struct {
-	NodeID    string
-	RevokedAt time.Time
-}
-
 // Pending is a token join waiting for an owner's approval. The token is
 // spent only when the approved join completes.
 type Pending struct {
@@ -239,13 +231,13 @@ type Store interface {
 	// every generation, revoked or not, newest first (by issue time, then
 	// serial); none for an unknown node. A limit below 1 is refused.
 	ListCerts(ctx context.Context, nodeID string, limit int) ([]Cert, error)
-	// RevokedNodes returns the nodes that hold a revoked certificate still
-	// unexpired at now (NotAfter after now), each with the latest RevokedAt
-	// of those certificates, newest revocation first (then by node id), at
-	// most limit (a limit below 1 is refused). It is the catch-up of the
-	// revocation feed to node daemons: a certificate that expired needs no
-	// revocation, so the list covers at most one certificate lifetime.
-	RevokedNodes(ctx context.Context, now time.Time, limit int) ([]RevokedNode, error)
+	// RevokedCerts returns the revoked certificates that have not expired
+	// at now (NotAfter after now), latest revocation first (then by
+	// serial), at most limit (a limit below 1 is refused). It is the
+	// catch-up of the revocation feed to node daemons: a certificate that
+	// expired needs no revocation, so the list spans one certificate
+	// lifetime.
+	RevokedCerts(ctx context.Context, now time.Time, limit int) ([]Cert, error)
 	// RenewalTimes returns the IssuedAt times of the node's certificates of
 	// kind "renew" issued at or after since, oldest first.
 	RenewalTimes(ctx context.Context, nodeID string, since time.Time) ([]time.Time, error)

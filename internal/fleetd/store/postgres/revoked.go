@@ -10,29 +10,31 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 )
 
-// RevokedNodes returns the nodes with a revoked, unexpired certificate,
-// newest revocation first; it reads the certs_revoked_not_after index.
-func (d *DB) RevokedNodes(ctx context.Context, now time.Time, limit int) ([]store.RevokedNode, error) {
+// RevokedCerts returns the revoked certificates not expired at now, latest
+// revocation first; it reads the certs_revoked_not_after index.
+func (d *DB) RevokedCerts(ctx context.Context, now time.Time, limit int) ([]store.Cert, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("list revoked nodes: limit %d is not positive", limit)
+		return nil, fmt.Errorf("list revoked certificates: limit %d is not positive", limit)
 	}
-	rows, err := d.pool.Query(ctx, `SELECT node_id, max(revoked_at) AS r FROM certs
+	rows, err := d.pool.Query(ctx, `SELECT `+certColumns+` FROM certs
 		WHERE revoked_at IS NOT NULL AND not_after > $1
-		GROUP BY node_id ORDER BY r DESC, node_id LIMIT $2`, ts(now), limit)
+		ORDER BY revoked_at DESC, serial LIMIT $2`, ts(now), limit)
 	if err != nil {
-		return nil, fmt.Errorf("list revoked nodes: %w", wrap(err))
+		return nil, fmt.Errorf("list revoked certificates: %w", wrap(err))
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.RevokedNode, error) {
+	certs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Cert, error) {
 		var (
-			n  store.RevokedNode
-			at *time.Time
+			c                         store.Cert
+			g                         int64
+			issued, notAfter, revoked *time.Time
 		)
-		err := r.Scan(&n.NodeID, &at)
-		n.RevokedAt = fromTS(at)
-		return n, err
+		err := r.Scan(&c.Serial, &c.NodeID, &g, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason)
+		c.Generation = uint64(g)
+		c.IssuedAt, c.NotAfter, c.RevokedAt = fromTS(issued), fromTS(notAfter), fromTS(revoked)
+		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("list revoked nodes: %w", wrap(err))
+		return nil, fmt.Errorf("list revoked certificates: %w", wrap(err))
 	}
-	return out, nil
+	return certs, nil
 }

@@ -9,37 +9,39 @@ import (
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 )
 
-// qRevokedNodes reads the certs_revoked_not_after index: only revoked
+// qRevokedCerts reads the certs_revoked_not_after index: only revoked
 // certificates that have not expired.
-var qRevokedNodes = newReadQuery(`SELECT node_id, max(revoked_at) AS r FROM certs
+var qRevokedCerts = newReadQuery(`SELECT ` + certColumns + ` FROM certs
 	WHERE revoked_at IS NOT NULL AND not_after > ?
-	GROUP BY node_id ORDER BY r DESC, node_id LIMIT ?`)
+	ORDER BY revoked_at DESC, serial LIMIT ?`)
 
-// RevokedNodes returns the nodes with a revoked, unexpired certificate,
-// newest revocation first.
-func (d *DB) RevokedNodes(ctx context.Context, now time.Time, limit int) ([]store.RevokedNode, error) {
+// RevokedCerts returns the revoked certificates not expired at now, latest
+// revocation first.
+func (d *DB) RevokedCerts(ctx context.Context, now time.Time, limit int) ([]store.Cert, error) {
 	if limit < 1 {
-		return nil, fmt.Errorf("list revoked nodes: limit %d is not positive", limit)
+		return nil, fmt.Errorf("list revoked certificates: limit %d is not positive", limit)
 	}
-	rows, err := d.query(ctx, qRevokedNodes, now.UnixNano(), limit)
+	rows, err := d.query(ctx, qRevokedCerts, now.UnixNano(), limit)
 	if err != nil {
-		return nil, fmt.Errorf("list revoked nodes: %w", err)
+		return nil, fmt.Errorf("list revoked certificates: %w", err)
 	}
 	defer rows.Close()
-	var out []store.RevokedNode
+	var certs []store.Cert
 	for rows.Next() {
 		var (
-			r  store.RevokedNode
-			at sql.NullInt64
+			c                         store.Cert
+			gen                       int64
+			issued, notAfter, revoked sql.NullInt64
 		)
-		if err := rows.Scan(&r.NodeID, &at); err != nil {
-			return nil, fmt.Errorf("list revoked nodes: %w", err)
+		if err := rows.Scan(&c.Serial, &c.NodeID, &gen, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason); err != nil {
+			return nil, fmt.Errorf("list revoked certificates: %w", err)
 		}
-		r.RevokedAt = fromNanos(at)
-		out = append(out, r)
+		c.Generation = uint64(gen)
+		c.IssuedAt, c.NotAfter, c.RevokedAt = fromNanos(issued), fromNanos(notAfter), fromNanos(revoked)
+		certs = append(certs, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list revoked nodes: %w", err)
+		return nil, fmt.Errorf("list revoked certificates: %w", err)
 	}
-	return out, nil
+	return certs, nil
 }
