@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"sync"
 	"time"
+
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // DefaultMaxProofEntries is the default cap of a [ProofCache]: the machine
@@ -23,13 +25,13 @@ const DefaultMaxProofEntries = 4096
 // (the same *x509.CertPool and trust domain) and namespace, and only while
 // every certificate of the verified chain is valid: from the latest
 // NotBefore to the earliest NotAfter of the chain, root included. Anything
-// else is verified again in full. [ProofCache.RevokeNode] records that a
-// node was revoked, for a daemon that learns it (fleetd's revocation feed):
-// its entries are dropped and, from then on, its proofs whose leaf was
-// issued before the revocation are refused, cached or not — without it, a
-// revoked node whose certificate has not expired would pass the full
-// verification again, which checks no revocation. [ProofCache.ForgetNode]
-// only drops the entries of a node. A daemon that renews its trust bundle
+// else is verified again in full. [ProofCache.RevokeCert] records that a
+// node certificate was revoked, for a daemon that learns it (fleetd's
+// revocation feed): the node's entries are dropped and, from then on, proofs
+// whose leaf is that certificate are refused, cached or not — without it, a
+// revoked certificate that has not expired would pass the full verification
+// again, which checks no revocation. [ProofCache.ForgetNode] only drops the
+// entries of a node. A daemon that renews its trust bundle
 // gets a new pool and so misses every entry made against the old one.
 //
 // The cache is bounded: when it holds its cap, an expired entry or else the
@@ -43,20 +45,19 @@ type ProofCache struct {
 	order   [][sha256.Size]byte // insertion order, oldest first, for eviction
 	hits    uint64
 	misses  uint64
-	// revoked maps a revoked node to the time of its latest known
-	// revocation; proofs whose leaf was issued before it are refused.
+	// revoked maps the serial (pki.SerialHex) of a revoked leaf to when
+	// the record can go: the leaf's expiry.
 	revoked map[string]time.Time
 }
 
-// MaxRevokedNodes bounds the revocations a [ProofCache] remembers. When it
-// holds this many, those older than RevocationMemory are dropped, and else
-// the oldest: its certificates are the first to expire.
-const MaxRevokedNodes = 65536
+// MaxRevokedCerts bounds the revoked certificates a [ProofCache]
+// remembers. When it holds this many, the expired ones are dropped, and
+// else the one that expires first.
+const MaxRevokedCerts = 65536
 
-// RevocationMemory is how long a [ProofCache] remembers a revocation: a
-// node certificate lives at most 24 hours, so every leaf issued before the
-// revocation has expired by then; the extra hour covers clocks a little
-// apart.
+// RevocationMemory is how long a [ProofCache] remembers a revoked
+// certificate whose expiry it was not told: a node certificate lives at
+// most 24 hours; the extra hour covers clocks a little apart.
 const RevocationMemory = 25 * time.Hour
 
 type proofEntry struct {
@@ -65,10 +66,10 @@ type proofEntry struct {
 	namespace   string
 	notBefore   time.Time
 	notAfter    time.Time
-	// leafNotBefore is when the leaf (the node's certificate) starts: a
-	// leaf issued before the node's revocation is revoked.
-	leafNotBefore time.Time
-	peer          Peer
+	// leafSerial is the serial (pki.SerialHex) of the leaf, the node's
+	// certificate.
+	leafSerial string
+	peer       Peer
 }
 
 // NewProofCache returns a cache of at most maxEntries proofs; zero or less
@@ -98,7 +99,7 @@ func (c *ProofCache) Verify(data []byte, trust TrustBundle, namespace string, no
 		e := c.entries[key]
 		if e != nil && e.roots == trust.Roots && trust.Roots != nil && e.trustDomain == trust.TrustDomain &&
 			e.namespace == namespace && !now.Before(e.notBefore) && !now.After(e.notAfter) {
-			if err := c.revokedLocked(e.peer.NodeID, e.leafNotBefore); err != nil {
+			if err := c.revokedLocked(e.peer.NodeID, e.leafSerial); err != nil {
 				c.mu.Unlock()
 				return nil, err
 			}
@@ -125,9 +126,9 @@ func (c *ProofCache) Verify(data []byte, trust TrustBundle, namespace string, no
 	e := &proofEntry{roots: trust.Roots, trustDomain: trust.TrustDomain, namespace: namespace, peer: *peer}
 	e.peer.SenderKey = append(ed25519.PublicKey(nil), peer.SenderKey...)
 	e.notBefore, e.notAfter = chainValidity(chain)
-	e.leafNotBefore = chain[0].NotBefore
+	e.leafSerial = pki.SerialHex(chain[0])
 	c.mu.Lock()
-	err = c.revokedLocked(peer.NodeID, e.leafNotBefore)
+	err = c.revokedLocked(peer.NodeID, e.leafSerial)
 	c.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -136,15 +137,13 @@ func (c *ProofCache) Verify(data []byte, trust TrustBundle, namespace string, no
 	return peer, nil
 }
 
-// revokedLocked refuses a proof of node nodeID whose leaf started at
-// leafNotBefore when the node was revoked after that. c.mu is held.
-func (c *ProofCache) revokedLocked(nodeID string, leafNotBefore time.Time) error {
-	at, ok := c.revoked[nodeID]
-	if !ok || !leafNotBefore.Before(at) {
+// revokedLocked refuses a proof of node nodeID whose leaf has serial
+// serial when that certificate was revoked. c.mu is held.
+func (c *ProofCache) revokedLocked(nodeID, serial string) error {
+	if _, ok := c.revoked[serial]; !ok {
 		return nil
 	}
-	return reject(CheckMachineProof, "node %s was revoked at %s, after its certificate was issued (%s): it needs a new certificate",
-		nodeID, at.UTC().Format(time.RFC3339), leafNotBefore.UTC().Format(time.RFC3339))
+	return reject(CheckMachineProof, "the certificate of node %s (serial %s) was revoked: the node needs a new certificate", nodeID, serial)
 }
 
 // chainValidity returns the span in which every certificate of chain is
@@ -216,46 +215,45 @@ func (c *ProofCache) ForgetNode(nodeID string) {
 	c.order = kept
 }
 
-// RevokeNode records that node nodeID was revoked at revokedAt: it drops
-// the node's proofs, and refuses its proofs whose leaf certificate starts
-// (NotBefore) before revokedAt, until RevocationMemory after revokedAt. A
-// certificate the node gets after the revocation starts later and is
-// served again. (fleetd starts a certificate up to a minute before it
-// issues it, for clocks a little behind: a certificate issued within that
-// minute after the revocation is refused too, until the node renews it.)
-// An earlier revocation than one already recorded changes nothing. now
-// (zero means time.Now()) drops the revocations past their memory when the
-// record is full.
-func (c *ProofCache) RevokeNode(nodeID string, revokedAt, now time.Time) {
+// RevokeCert records that the certificate of node nodeID with serial
+// serial (lower-case hex of its bytes, as pki.SerialHex) was revoked: it
+// drops the node's proofs, and refuses the proofs whose leaf is that
+// certificate, until notAfter, its expiry (zero means RevocationMemory
+// after now, which zero makes time.Now()). The node's other certificates,
+// such as one it got after the revocation, are served as before.
+func (c *ProofCache) RevokeCert(nodeID, serial string, notAfter, now time.Time) {
 	if now.IsZero() {
 		now = time.Now()
 	}
+	if notAfter.IsZero() {
+		notAfter = now.Add(RevocationMemory)
+	}
 	c.mu.Lock()
-	if at, ok := c.revoked[nodeID]; !ok || revokedAt.After(at) {
-		if !ok && len(c.revoked) >= MaxRevokedNodes {
-			c.pruneRevokedLocked(now)
-		}
-		c.revoked[nodeID] = revokedAt
+	if _, ok := c.revoked[serial]; !ok && len(c.revoked) >= MaxRevokedCerts {
+		c.pruneRevokedLocked(now)
+	}
+	if until, ok := c.revoked[serial]; !ok || notAfter.After(until) {
+		c.revoked[serial] = notAfter
 	}
 	c.mu.Unlock()
 	c.ForgetNode(nodeID)
 }
 
-// pruneRevokedLocked drops the revocations older than RevocationMemory,
-// or else the oldest one. c.mu is held.
+// pruneRevokedLocked drops the records of expired certificates, or else
+// the one that expires first. c.mu is held.
 func (c *ProofCache) pruneRevokedLocked(now time.Time) {
-	var oldest string
-	for id, at := range c.revoked {
-		if now.Sub(at) > RevocationMemory {
-			delete(c.revoked, id)
+	var first string
+	for serial, until := range c.revoked {
+		if now.After(until) {
+			delete(c.revoked, serial)
 			continue
 		}
-		if oldest == "" || at.Before(c.revoked[oldest]) {
-			oldest = id
+		if first == "" || until.Before(c.revoked[first]) {
+			first = serial
 		}
 	}
-	if len(c.revoked) >= MaxRevokedNodes && oldest != "" {
-		delete(c.revoked, oldest)
+	if len(c.revoked) >= MaxRevokedCerts && first != "" {
+		delete(c.revoked, first)
 	}
 }
 
@@ -263,8 +261,8 @@ func (c *ProofCache) pruneRevokedLocked(now time.Time) {
 type ProofCacheStats struct {
 	Entries    int
 	MaxEntries int
-	// RevokedNodes is the number of revocations remembered.
-	RevokedNodes int
+	// RevokedCerts is the number of revoked certificates remembered.
+	RevokedCerts int
 	// Hits and Misses count the look-ups since the cache was made.
 	Hits, Misses uint64
 }
@@ -273,5 +271,5 @@ type ProofCacheStats struct {
 func (c *ProofCache) Stats() ProofCacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ProofCacheStats{Entries: len(c.entries), MaxEntries: c.max, RevokedNodes: len(c.revoked), Hits: c.hits, Misses: c.misses}
+	return ProofCacheStats{Entries: len(c.entries), MaxEntries: c.max, RevokedCerts: len(c.revoked), Hits: c.hits, Misses: c.misses}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 func mustMarshalProof(tb testing.TB, p *MachineProof) []byte {
@@ -142,64 +144,68 @@ func TestProofCacheIsBounded(t *testing.T) {
 	}
 }
 
-func TestProofCacheRefusesARevokedNodesEarlierCertificates(t *testing.T) {
+func TestProofCacheRefusesARevokedCertificate(t *testing.T) {
 	f := newTestFleet(t, testTD)
-	// Both leaves start an hour before testNow.
 	a := mustMarshalProof(t, newTestMachine(t, f.auth.Issuer, testNode, testNS).proof(t, testInst, instPub()))
-	b := mustMarshalProof(t, newTestMachine(t, f.auth.Issuer, otherNode, testNS).proof(t, testInst, instPub()))
+	old := newTestMachine(t, f.auth.Issuer, otherNode, testNS)
+	b := mustMarshalProof(t, old.proof(t, testInst, instPub()))
+	// The same node with another certificate (one it got later).
+	renewed := mustMarshalProof(t, newTestMachine(t, f.auth.Issuer, otherNode, testNS).proof(t, testInst, instPub()))
 	c := NewProofCache(0)
 	for _, p := range [][]byte{a, b} {
 		if _, err := c.Verify(p, f.trust, testNS, testNow); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// A revocation before the leaf was issued (an earlier identity of the
-	// node) refuses nothing.
-	c.RevokeNode(otherNode, testNow.Add(-2*time.Hour), testNow)
+	// Another serial of the node refuses nothing, but drops its entries.
+	c.RevokeCert(otherNode, "0badc0de", time.Time{}, testNow)
 	if _, err := c.Verify(b, f.trust, testNS, testNow); err != nil {
-		t.Fatalf("proof of a leaf issued after the node's revocation: %v", err)
+		t.Fatalf("proof of a certificate not revoked: %v", err)
 	}
-	// One after it refuses the cached proof, and again when the proof is
-	// verified in full; the other node is still served from the cache.
-	c.RevokeNode(otherNode, testNow.Add(-time.Minute), testNow)
-	for i := range 2 {
+	// Its own serial refuses the cached proof, and again when the proof
+	// is verified in full; the other node is still served from the cache,
+	// and the node's other certificate is accepted.
+	c.RevokeCert(otherNode, pki.SerialHex(old.leaf), old.leaf.NotAfter, testNow)
+	if n := c.Stats().Entries; n != 1 {
+		t.Errorf("after RevokeCert: %d entries, want 1", n)
+	}
+	for range 2 {
 		_, err := c.Verify(b, f.trust, testNS, testNow)
 		wantRejection(t, err, CheckMachineProof, "was revoked")
-		if i == 0 && c.Stats().Entries != 1 {
-			t.Errorf("after RevokeNode: %d entries, want 1", c.Stats().Entries)
-		}
+	}
+	if n := c.Stats().Entries; n != 1 {
+		t.Errorf("the refused proof was cached: %d entries, want 1", n)
 	}
 	hits := c.Stats().Hits
 	if _, err := c.Verify(a, f.trust, testNS, testNow); err != nil || c.Stats().Hits != hits+1 {
 		t.Errorf("the other node's proof: err %v, hits %d → %d, want served from the cache", err, hits, c.Stats().Hits)
 	}
-	// An earlier revocation heard later does not undo the later one.
-	c.RevokeNode(otherNode, testNow.Add(-3*time.Hour), testNow)
-	_, err := c.Verify(b, f.trust, testNS, testNow)
-	wantRejection(t, err, CheckMachineProof, "was revoked")
-	if st := c.Stats(); st.RevokedNodes != 1 {
-		t.Errorf("RevokedNodes = %d, want 1", st.RevokedNodes)
+	if _, err := c.Verify(renewed, f.trust, testNS, testNow); err != nil {
+		t.Errorf("the node's certificate that was not revoked: %v", err)
+	}
+	if st := c.Stats(); st.RevokedCerts != 2 {
+		t.Errorf("RevokedCerts = %d, want 2", st.RevokedCerts)
 	}
 }
 
 func TestProofCacheRevocationsAreBounded(t *testing.T) {
 	c := NewProofCache(0)
-	for i := range MaxRevokedNodes + 10 {
-		// The first ten are past their memory, the rest recent.
-		at := testNow.Add(-time.Minute)
+	for i := range MaxRevokedCerts + 10 {
+		// The first ten expired an hour ago, the rest expire later.
+		notAfter := testNow.Add(time.Hour + time.Duration(i)*time.Second)
 		if i < 10 {
-			at = testNow.Add(-RevocationMemory - time.Hour)
+			notAfter = testNow.Add(-time.Hour)
 		}
-		c.RevokeNode(fmt.Sprintf("node-%d", i), at, testNow)
+		c.RevokeCert("node", fmt.Sprintf("%x", i), notAfter, testNow)
 	}
-	if n := c.Stats().RevokedNodes; n > MaxRevokedNodes {
-		t.Fatalf("%d revocations remembered, over the bound of %d", n, MaxRevokedNodes)
+	if n := c.Stats().RevokedCerts; n > MaxRevokedCerts {
+		t.Fatalf("%d revocations remembered, over the bound of %d", n, MaxRevokedCerts)
 	}
 	c.mu.Lock()
-	_, old := c.revoked["node-0"]
-	_, recent := c.revoked[fmt.Sprintf("node-%d", MaxRevokedNodes+9)]
+	_, expired := c.revoked["0"]
+	_, newest := c.revoked[fmt.Sprintf("%x", MaxRevokedCerts+9)]
 	c.mu.Unlock()
-	if old || !recent {
-		t.Errorf("after the bound was reached: the expired revocation kept %v, the newest kept %v; want false, true", old, recent)
+	if expired || !newest {
+		t.Errorf("after the bound was reached: the expired record kept %v, the newest kept %v; want false, true", expired, newest)
 	}
 }
