@@ -252,10 +252,10 @@ type SessionRequest_AttestedRenew struct {
 }
 
 type SessionRequest_RevocationFeed struct {
-	// Subscribes this session to the revocation feed: which other nodes
-	// were revoked, so that the node's daemon refuses their machine proofs
-	// (see RevokedNodes). Answered, with this request's id, by
-	// revoked_nodes with catch_up set.
+	// Subscribes this session to the revocation feed: which certificates
+	// of other nodes were revoked, so that the node's daemon refuses the
+	// machine proofs made with them (see RevokedCerts). Answered, with
+	// this request's id, by revoked_certs with catch_up set.
 	RevocationFeed *RevocationFeedRequest `protobuf:"bytes,9,opt,name=revocation_feed,json=revocationFeed,proto3,oneof"`
 }
 
@@ -289,7 +289,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Nonce
 	//	*SessionResponse_BootResult
 	//	*SessionResponse_End
-	//	*SessionResponse_RevokedNodes
+	//	*SessionResponse_RevokedCerts
 	Body          isSessionResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -420,10 +420,10 @@ func (x *SessionResponse) GetEnd() *SessionEnd {
 	return nil
 }
 
-func (x *SessionResponse) GetRevokedNodes() *RevokedNodes {
+func (x *SessionResponse) GetRevokedCerts() *RevokedCerts {
 	if x != nil {
-		if x, ok := x.Body.(*SessionResponse_RevokedNodes); ok {
-			return x.RevokedNodes
+		if x, ok := x.Body.(*SessionResponse_RevokedCerts); ok {
+			return x.RevokedCerts
 		}
 	}
 	return nil
@@ -482,12 +482,13 @@ type SessionResponse_End struct {
 	End *SessionEnd `protobuf:"bytes,10,opt,name=end,proto3,oneof"`
 }
 
-type SessionResponse_RevokedNodes struct {
-	// Revoked nodes, for a session subscribed with revocation_feed: the
-	// catch-up (with the request's id, or id 0 when the server sends it
-	// again because this session fell behind) and each new revocation
-	// (id 0). Never sent to a session that did not subscribe.
-	RevokedNodes *RevokedNodes `protobuf:"bytes,11,opt,name=revoked_nodes,json=revokedNodes,proto3,oneof"`
+type SessionResponse_RevokedCerts struct {
+	// Revoked certificates, for a session subscribed with
+	// revocation_feed: the catch-up (with the request's id, or id 0 when
+	// the server sends it again because this session fell behind) and
+	// those of each new revocation (id 0). Never sent to a session that
+	// did not subscribe.
+	RevokedCerts *RevokedCerts `protobuf:"bytes,11,opt,name=revoked_certs,json=revokedCerts,proto3,oneof"`
 }
 
 func (*SessionResponse_Welcome) isSessionResponse_Body() {}
@@ -508,14 +509,16 @@ func (*SessionResponse_BootResult) isSessionResponse_Body() {}
 
 func (*SessionResponse_End) isSessionResponse_Body() {}
 
-func (*SessionResponse_RevokedNodes) isSessionResponse_Body() {}
+func (*SessionResponse_RevokedCerts) isSessionResponse_Body() {}
 
 // RevocationFeedRequest subscribes a session to the revocation feed. The
-// server answers with the catch-up: the nodes with a revoked certificate
-// that has not expired yet (a node certificate lives at most 24 hours), so
-// a daemon that was away learns what it missed. Then, while the session
-// lasts, it sends each new revocation, made on any replica. Subscribing
-// again is answered with a new catch-up.
+// server answers with the catch-up: every revoked node certificate that has
+// not expired yet (one lives at most 24 hours), so a daemon that was away
+// learns what it missed. Then, while the session lasts, it sends the
+// certificates of each new revocation, made on any replica. Subscribing
+// again is answered with a new catch-up. A revocation reaches subscribers
+// on a best-effort basis (the session may end first); the catch-up of the
+// next session repairs what was lost.
 type RevocationFeedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -552,40 +555,40 @@ func (*RevocationFeedRequest) Descriptor() ([]byte, []int) {
 	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{2}
 }
 
-// RevokedNodes lists revoked nodes. A node's certificates that start
-// (NotBefore) before revoked_at_unix_nano are revoked; those it got later
-// are not. At most 4096 nodes, newest revocation first: the message stays
-// far below the session's frame limit (a node id is at most 63 bytes).
-type RevokedNodes struct {
+// RevokedCerts lists revoked node certificates. At most 3072, latest
+// revocation first, so that the message stays below the session's frame
+// limit (512 KiB) whatever the node ids (63 bytes at most) and serials (20
+// bytes).
+type RevokedCerts struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Nodes []*RevokedNode         `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	// catch_up marks the list of all nodes revoked within a certificate's
-	// lifetime (from the store), as opposed to a new revocation. The server
-	// sends a catch-up again, instead of the revocations it would have to
-	// queue, when this session falls behind; the daemon merges it with what
-	// it knows.
+	Certs []*RevokedCert         `protobuf:"bytes,1,rep,name=certs,proto3" json:"certs,omitempty"`
+	// catch_up marks the list of every revoked certificate not yet expired
+	// (from the store), as opposed to those of one new revocation. The
+	// server sends a catch-up again, instead of revocations it would have to
+	// queue, when this session falls behind; the daemon adds it to what it
+	// knows.
 	CatchUp bool `protobuf:"varint,2,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
 	// truncated marks a catch-up cut at its bound: older revocations were
-	// left out, and the daemon cannot refuse those nodes' proofs.
+	// left out, and the daemon cannot refuse those certificates.
 	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
-func (x *RevokedNodes) Reset() {
-	*x = RevokedNodes{}
+func (x *RevokedCerts) Reset() {
+	*x = RevokedCerts{}
 	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RevokedNodes) String() string {
+func (x *RevokedCerts) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RevokedNodes) ProtoMessage() {}
+func (*RevokedCerts) ProtoMessage() {}
 
-func (x *RevokedNodes) ProtoReflect() protoreflect.Message {
+func (x *RevokedCerts) ProtoReflect() protoreflect.Message {
 	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -597,55 +600,59 @@ func (x *RevokedNodes) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RevokedNodes.ProtoReflect.Descriptor instead.
-func (*RevokedNodes) Descriptor() ([]byte, []int) {
+// Deprecated: Use RevokedCerts.ProtoReflect.Descriptor instead.
+func (*RevokedCerts) Descriptor() ([]byte, []int) {
 	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{3}
 }
 
-func (x *RevokedNodes) GetNodes() []*RevokedNode {
+func (x *RevokedCerts) GetCerts() []*RevokedCert {
 	if x != nil {
-		return x.Nodes
+		return x.Certs
 	}
 	return nil
 }
 
-func (x *RevokedNodes) GetCatchUp() bool {
+func (x *RevokedCerts) GetCatchUp() bool {
 	if x != nil {
 		return x.CatchUp
 	}
 	return false
 }
 
-func (x *RevokedNodes) GetTruncated() bool {
+func (x *RevokedCerts) GetTruncated() bool {
 	if x != nil {
 		return x.Truncated
 	}
 	return false
 }
 
-type RevokedNode struct {
+type RevokedCert struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	// The latest revocation of the node, on the server's clock.
-	RevokedAtUnixNano int64 `protobuf:"varint,2,opt,name=revoked_at_unix_nano,json=revokedAtUnixNano,proto3" json:"revoked_at_unix_nano,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The certificate's serial number, lower-case hex of its bytes.
+	Serial string `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	// When the certificate expires; the daemon forgets it then. 0 when the
+	// server does not know (the daemon keeps it for a certificate's maximum
+	// lifetime).
+	NotAfterUnixNano int64 `protobuf:"varint,3,opt,name=not_after_unix_nano,json=notAfterUnixNano,proto3" json:"not_after_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
-func (x *RevokedNode) Reset() {
-	*x = RevokedNode{}
+func (x *RevokedCert) Reset() {
+	*x = RevokedCert{}
 	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
 
-func (x *RevokedNode) String() string {
+func (x *RevokedCert) String() string {
 	return protoimpl.X.MessageStringOf(x)
 }
 
-func (*RevokedNode) ProtoMessage() {}
+func (*RevokedCert) ProtoMessage() {}
 
-func (x *RevokedNode) ProtoReflect() protoreflect.Message {
+func (x *RevokedCert) ProtoReflect() protoreflect.Message {
 	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
@@ -657,21 +664,28 @@ func (x *RevokedNode) ProtoReflect() protoreflect.Message {
 	return mi.MessageOf(x)
 }
 
-// Deprecated: Use RevokedNode.ProtoReflect.Descriptor instead.
-func (*RevokedNode) Descriptor() ([]byte, []int) {
+// Deprecated: Use RevokedCert.ProtoReflect.Descriptor instead.
+func (*RevokedCert) Descriptor() ([]byte, []int) {
 	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
-func (x *RevokedNode) GetNodeId() string {
+func (x *RevokedCert) GetNodeId() string {
 	if x != nil {
 		return x.NodeId
 	}
 	return ""
 }
 
-func (x *RevokedNode) GetRevokedAtUnixNano() int64 {
+func (x *RevokedCert) GetSerial() string {
 	if x != nil {
-		return x.RevokedAtUnixNano
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevokedCert) GetNotAfterUnixNano() int64 {
+	if x != nil {
+		return x.NotAfterUnixNano
 	}
 	return 0
 }
@@ -1385,16 +1399,17 @@ const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"bootResult\x124\n" +
 	"\x03end\x18\n" +
 	" \x01(\v2 .nodetrust.gateway.v1.SessionEndH\x00R\x03end\x12I\n" +
-	"\rrevoked_nodes\x18\v \x01(\v2\".nodetrust.gateway.v1.RevokedNodesH\x00R\frevokedNodesB\x06\n" +
+	"\rrevoked_certs\x18\v \x01(\v2\".nodetrust.gateway.v1.RevokedCertsH\x00R\frevokedCertsB\x06\n" +
 	"\x04body\"\x17\n" +
 	"\x15RevocationFeedRequest\"\x80\x01\n" +
-	"\fRevokedNodes\x127\n" +
-	"\x05nodes\x18\x01 \x03(\v2!.nodetrust.gateway.v1.RevokedNodeR\x05nodes\x12\x19\n" +
+	"\fRevokedCerts\x127\n" +
+	"\x05certs\x18\x01 \x03(\v2!.nodetrust.gateway.v1.RevokedCertR\x05certs\x12\x19\n" +
 	"\bcatch_up\x18\x02 \x01(\bR\acatchUp\x12\x1c\n" +
-	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"W\n" +
-	"\vRevokedNode\x12\x17\n" +
-	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12/\n" +
-	"\x14revoked_at_unix_nano\x18\x02 \x01(\x03R\x11revokedAtUnixNano\":\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"m\n" +
+	"\vRevokedCert\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12-\n" +
+	"\x13not_after_unix_nano\x18\x03 \x01(\x03R\x10notAfterUnixNano\":\n" +
 	"\n" +
 	"SessionEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
@@ -1467,8 +1482,8 @@ var file_nodetrust_gateway_v1_gateway_proto_goTypes = []any{
 	(*SessionRequest)(nil),        // 1: nodetrust.gateway.v1.SessionRequest
 	(*SessionResponse)(nil),       // 2: nodetrust.gateway.v1.SessionResponse
 	(*RevocationFeedRequest)(nil), // 3: nodetrust.gateway.v1.RevocationFeedRequest
-	(*RevokedNodes)(nil),          // 4: nodetrust.gateway.v1.RevokedNodes
-	(*RevokedNode)(nil),           // 5: nodetrust.gateway.v1.RevokedNode
+	(*RevokedCerts)(nil),          // 4: nodetrust.gateway.v1.RevokedCerts
+	(*RevokedCert)(nil),           // 5: nodetrust.gateway.v1.RevokedCert
 	(*SessionEnd)(nil),            // 6: nodetrust.gateway.v1.SessionEnd
 	(*Hello)(nil),                 // 7: nodetrust.gateway.v1.Hello
 	(*Welcome)(nil),               // 8: nodetrust.gateway.v1.Welcome
@@ -1503,8 +1518,8 @@ var file_nodetrust_gateway_v1_gateway_proto_depIdxs = []int32{
 	14, // 14: nodetrust.gateway.v1.SessionResponse.nonce:type_name -> nodetrust.gateway.v1.BootNonce
 	17, // 15: nodetrust.gateway.v1.SessionResponse.boot_result:type_name -> nodetrust.gateway.v1.BootCheckResult
 	6,  // 16: nodetrust.gateway.v1.SessionResponse.end:type_name -> nodetrust.gateway.v1.SessionEnd
-	4,  // 17: nodetrust.gateway.v1.SessionResponse.revoked_nodes:type_name -> nodetrust.gateway.v1.RevokedNodes
-	5,  // 18: nodetrust.gateway.v1.RevokedNodes.nodes:type_name -> nodetrust.gateway.v1.RevokedNode
+	4,  // 17: nodetrust.gateway.v1.SessionResponse.revoked_certs:type_name -> nodetrust.gateway.v1.RevokedCerts
+	5,  // 18: nodetrust.gateway.v1.RevokedCerts.certs:type_name -> nodetrust.gateway.v1.RevokedCert
 	0,  // 19: nodetrust.gateway.v1.NonceRequest.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
 	0,  // 20: nodetrust.gateway.v1.BootNonce.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
 	18, // 21: nodetrust.gateway.v1.BootEvidence.pcrs:type_name -> nodetrust.gateway.v1.BootEvidence.PcrsEntry
@@ -1544,7 +1559,7 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 		(*SessionResponse_Nonce)(nil),
 		(*SessionResponse_BootResult)(nil),
 		(*SessionResponse_End)(nil),
-		(*SessionResponse_RevokedNodes)(nil),
+		(*SessionResponse_RevokedCerts)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
