@@ -36,6 +36,9 @@ type session struct {
 	probes chan chan struct{}
 	// checks asks the handler for a boot check now (CheckNode).
 	checks chan *checkCall
+	// feed is the session's subscription to the revocation feed (nil
+	// until it asks; see revfeed.go).
+	feed *revSub
 	// done is closed when the handler returns.
 	done chan struct{}
 	once sync.Once
@@ -318,6 +321,12 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 			_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: n}})
 			s.log.InfoContext(ctx, "session ended by revocation", logkey.NodeID, sess.nodeID, logkey.Reason, n.Reason)
 			return refused(codes.Unauthenticated, "certificate revoked: %s", n.Reason)
+		case <-sess.feed.ready():
+			if resp := s.revocationsDue(ctx, sess); resp != nil {
+				if err := stream.Send(resp); err != nil {
+					return err
+				}
+			}
 		case <-shutdown:
 			return refused(codes.Unavailable, "fleetd is shutting down; reconnect")
 		case <-sess.replaced:
@@ -330,6 +339,12 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 				if probeAck != nil && m.Id == probeID {
 					probeAck <- struct{}{}
 					probeAck = nil
+				}
+				continue
+			}
+			if m.GetRevocationFeed() != nil {
+				if err := stream.Send(s.subscribeRevocations(ctx, sess, m.Id)); err != nil {
+					return err
 				}
 				continue
 			}
@@ -404,6 +419,7 @@ func (s *Server) revokeNode(ctx context.Context, nodeID, reason string, del bool
 		return 0, nil, false, err
 	}
 	notified = s.sessions.notify(nodeID, &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen})
+	s.publishRevocation(ctx, nodeID, false)
 	cause := "revoke"
 	switch {
 	case del:
