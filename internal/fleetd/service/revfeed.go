@@ -208,6 +208,11 @@ func (s *Server) publishRevocation(ctx context.Context, nodeID string, fromFeed 
 	f := s.revfeed
 	f.mu.Lock()
 	none := len(f.subs) == 0
+	if none {
+		// Counted all the same: a cached catch-up read before this
+		// revocation must not serve a later subscriber.
+		f.published++
+	}
 	f.mu.Unlock()
 	if none {
 		return
@@ -222,26 +227,32 @@ func (s *Server) publishRevocation(ctx context.Context, nodeID string, fromFeed 
 			certs = append(certs, c)
 		}
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.published++
 	if err != nil {
 		// Without the serials, every subscriber catches up from the
 		// store instead.
 		s.log.WarnContext(ctx, "revocation feed: the revoked certificates could not be read; subscribers catch up", logkey.NodeID, nodeID, logkey.Error, err)
 	}
-	if err == nil && len(certs) == 0 {
+	f.fanOut(revokedCerts(certs), err != nil)
+}
+
+// fanOut queues certs on every subscriber, or marks them behind when
+// failed (the certificates are unknown) or when their queue would pass
+// revFeedQueueMax; it wakes each. It never waits on a session.
+func (f *revFeed) fanOut(certs []*gatewayv1.RevokedCert, failed bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.published++
+	if !failed && len(certs) == 0 {
 		return
 	}
-	msg := revokedCerts(certs)
 	for _, sub := range f.subs {
 		sub.mu.Lock()
 		switch {
 		case sub.behind:
-		case err != nil || len(sub.pending)+len(msg) > revFeedQueueMax:
+		case failed || len(sub.pending)+len(certs) > revFeedQueueMax:
 			sub.pending, sub.behind = nil, true
 		default:
-			sub.pending = append(sub.pending, msg...)
+			sub.pending = append(sub.pending, certs...)
 		}
 		sub.mu.Unlock()
 		sub.signal()

@@ -84,12 +84,18 @@ func TestRevocationFeed(t *testing.T) {
 		}
 	}
 
-	// A's daemon goes away; D is revoked meanwhile; back, it catches up.
-	if err := streamA.CloseSend(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := streamA.Recv(); err == nil {
-		t.Fatal("the closed session still delivers")
+	// C subscribes now: its catch-up holds B.
+	wantSerials(t, "catch-up after B's revocation", subscribe(t, streamC, 6), b)
+
+	// Both daemons go away; D is revoked meanwhile, with no subscriber;
+	// back, A catches up on it (not from the catch-up C's read left).
+	for _, s := range []gatewayv1.Gateway_SessionClient{streamA, streamC} {
+		if err := s.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Recv(); err == nil {
+			t.Fatal("the closed session still delivers")
+		}
 	}
 	e.clock.Advance(time.Second) // D's revocation is the later one
 	revoke(t, e, d)
