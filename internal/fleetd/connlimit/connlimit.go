@@ -278,6 +278,14 @@ func (c *Conn) streamDelta(d int) {
 	c.streams = max(c.streams+d, 0)
 }
 
+// HoldStream counts a stream on the connection until ReleaseStream, for a
+// connection served outside gRPC (a framed session): one carrying a
+// stream is never displaced.
+func (c *Conn) HoldStream() { c.streamDelta(1) }
+
+// ReleaseStream ends what HoldStream began.
+func (c *Conn) ReleaseStream() { c.streamDelta(-1) }
+
 // lookup finds an accepted connection by its remote address.
 func (l *Listener) lookup(remote net.Addr) *Conn {
 	if remote == nil {

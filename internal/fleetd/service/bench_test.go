@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"runtime"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/api/sessionframe"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 	"github.com/nodetrust/nodetrust/pki"
@@ -327,6 +329,13 @@ const sessionsPerHold = 64
 // both ends, since the clients run in this process too: an upper bound of
 // the server's share, which nodetrust-load measures alone.
 func BenchmarkSessionHold(b *testing.B) {
+	b.Run("framed", func(b *testing.B) { benchSessionHold(b, true) })
+	b.Run("grpc", func(b *testing.B) { benchSessionHold(b, false) })
+}
+
+// benchSessionHold holds sessions over the framed transport (as bcd
+// opens them) or the gRPC Session.
+func benchSessionHold(b *testing.B, framed bool) {
 	s := benchServer(b)
 	n := b.N * sessionsPerHold
 	nodes := joinNodes(b, s, n)
@@ -344,9 +353,9 @@ func BenchmarkSessionHold(b *testing.B) {
 		}
 	}()
 	bundle := s.cfg.Authority.Bundle
-	conns := make([]*grpc.ClientConn, 0, n)
+	var closers []io.Closer
 	defer func() {
-		for _, c := range conns {
+		for _, c := range closers {
 			c.Close()
 		}
 	}()
@@ -364,14 +373,26 @@ func BenchmarkSessionHold(b *testing.B) {
 		}
 		cert := &tls.Certificate{Certificate: node.chain, PrivateKey: node.key, Leaf: leaf}
 		tc := tlspin.Client(bundle.ServingCASPKIPin, bundle.ServerName, func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil })
-		conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
-		if err != nil {
-			b.Fatal(err)
+		var stream interface {
+			Send(*gatewayv1.SessionRequest) error
+			Recv() (*gatewayv1.SessionResponse, error)
 		}
-		conns = append(conns, conn)
-		stream, err := gatewayv1.NewGatewayClient(conn).Session(ctx)
-		if err != nil {
-			b.Fatal(err)
+		if framed {
+			c, err := sessionframe.Dial(ctx, ln.Addr().String(), tc, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			closers = append(closers, c)
+			stream = c
+		} else {
+			conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+			if err != nil {
+				b.Fatal(err)
+			}
+			closers = append(closers, conn)
+			if stream, err = gatewayv1.NewGatewayClient(conn).Session(ctx); err != nil {
+				b.Fatal(err)
+			}
 		}
 		if err := stream.Send(&gatewayv1.SessionRequest{Id: 1, Body: &gatewayv1.SessionRequest_Hello{Hello: &gatewayv1.Hello{DaemonVersion: "bench", InstanceId: fmt.Sprintf("bench-%d", i)}}}); err != nil {
 			b.Fatal(err)

@@ -129,6 +129,10 @@ type env struct {
 
 	join  joinv1.JoinServiceClient // no client certificate
 	admin adminv1.AdminClient      // the owner credential
+
+	// grpcSessions makes nodeClients' Gateway open gRPC Sessions; by
+	// default they are framed sessions, as bcd opens them.
+	grpcSessions bool
 }
 
 // newEnv starts a server; tweak adjusts its Config before New.
@@ -333,7 +337,10 @@ func (e *env) newNode(t *testing.T, hostname string) *node {
 func (e *env) nodeClients(t *testing.T, n *node) (joinv1.JoinServiceClient, gatewayv1.GatewayClient) {
 	t.Helper()
 	conn := e.dial(t, n.tlsCert())
-	return joinv1.NewJoinServiceClient(conn), gatewayv1.NewGatewayClient(conn)
+	if e.grpcSessions {
+		return joinv1.NewJoinServiceClient(conn), gatewayv1.NewGatewayClient(conn)
+	}
+	return joinv1.NewJoinServiceClient(conn), e.framedGateway(n.tlsCert())
 }
 
 // wantStatus checks err's code and that its message contains sub.

@@ -46,6 +46,11 @@ const (
 
 // revFeed is the registry of subscribed sessions.
 type revFeed struct {
+	// drain sends what a subscriber holds, on a goroutine of its own
+	// that runs only while there is something to send (Server's
+	// drainRevocations; nil in tests of the queues alone).
+	drain func(*revSub)
+
 	mu   sync.Mutex
 	subs map[*session]*revSub
 	// published counts the revocations fanned out; a catch-up read that
@@ -61,46 +66,66 @@ type revCatchUp struct {
 	msg   *gatewayv1.RevokedCerts
 }
 
-// revSub is one subscribed session's queue. The session's goroutine sends
-// what it holds when ready() fires.
+// revSub is one subscribed session's queue. A drain goroutine, started
+// when the queue gets something and none runs, sends it to the session, so
+// that a session that writes slowly holds up only itself.
 type revSub struct {
+	sess    *session
 	mu      sync.Mutex
 	pending []*gatewayv1.RevokedCert
 	// behind is set when the queue overflowed or a catch-up failed: the
 	// next send is a catch-up.
 	behind bool
-	wake   chan struct{}
+	// draining is set while a drain goroutine runs.
+	draining bool
 }
 
 func newRevFeed() *revFeed { return &revFeed{subs: map[*session]*revSub{}} }
 
-// ready fires when sub has something to send; never for nil (a session
-// that did not subscribe).
-func (sub *revSub) ready() <-chan struct{} {
-	if sub == nil {
-		return nil
-	}
-	return sub.wake
+// kick starts sub's drain goroutine when sub holds something and none
+// runs.
+func (f *revFeed) kick(sub *revSub) {
+	sub.mu.Lock()
+	defer sub.mu.Unlock()
+	f.kickLocked(sub)
 }
 
-func (sub *revSub) signal() {
-	select {
-	case sub.wake <- struct{}{}:
-	default:
+// kickLocked is kick with sub.mu held.
+func (f *revFeed) kickLocked(sub *revSub) {
+	if sub.draining || f.drain == nil || (!sub.behind && len(sub.pending) == 0) {
+		return
+	}
+	sub.draining = true
+	go f.drain(sub)
+}
+
+// drainRevocations sends what sub holds until it holds nothing, or the
+// session's transport fails (the session then ends, and unsubscribes).
+func (s *Server) drainRevocations(sub *revSub) {
+	for {
+		resp := s.revocationsDue(sub)
+		if resp == nil {
+			return
+		}
+		if err := sub.sess.send(resp); err != nil {
+			sub.mu.Lock()
+			sub.draining = false
+			sub.mu.Unlock()
+			return
+		}
 	}
 }
 
 // subscribeRevocations subscribes sess to the feed (once; again means a new
 // catch-up) and returns the catch-up answering request id. It runs on the
-// session's goroutine; the subscription ends with ctx, the session's.
+// session's reader; the session's end unsubscribes it (gateway.close).
 func (s *Server) subscribeRevocations(ctx context.Context, sess *session, id uint64) *gatewayv1.SessionResponse {
 	f := s.revfeed
 	f.mu.Lock()
 	sub := f.subs[sess]
 	if sub == nil {
-		sub = &revSub{wake: make(chan struct{}, 1)}
+		sub = &revSub{sess: sess}
 		f.subs[sess] = sub
-		context.AfterFunc(ctx, func() { f.unsubscribe(sess) })
 	}
 	// The queue empties into the catch-up at count snap, under f.mu so
 	// that no publication falls between.
@@ -109,13 +134,12 @@ func (s *Server) subscribeRevocations(ctx context.Context, sess *session, id uin
 	sub.pending, sub.behind = nil, false
 	sub.mu.Unlock()
 	f.mu.Unlock()
-	sess.feed = sub
 	msg, err := s.revocationCatchUp(ctx, snap)
 	if err != nil {
 		sub.mu.Lock()
 		sub.behind = true
 		sub.mu.Unlock()
-		time.AfterFunc(revFeedRetry, sub.signal)
+		time.AfterFunc(revFeedRetry, func() { f.kick(sub) })
 		return &gatewayv1.SessionResponse{Id: id, Body: &gatewayv1.SessionResponse_Error{Error: s.sessionError(ctx, err, logkey.NodeID, sess.nodeID)}}
 	}
 	return &gatewayv1.SessionResponse{Id: id, Body: &gatewayv1.SessionResponse_RevokedCerts{RevokedCerts: msg}}
@@ -127,16 +151,19 @@ func (f *revFeed) unsubscribe(sess *session) {
 	f.mu.Unlock()
 }
 
-// revocationsDue returns what sess's subscription holds to send (id 0), or
-// nil. It runs on the session's goroutine when sess.feed.ready() fires.
-func (s *Server) revocationsDue(ctx context.Context, sess *session) *gatewayv1.SessionResponse {
-	sub := sess.feed
+// revocationsDue returns what sub holds to send (id 0), or nil, and then
+// its drain goroutine ends. It runs on that goroutine.
+func (s *Server) revocationsDue(sub *revSub) *gatewayv1.SessionResponse {
+	ctx, sess := sub.sess.ctx, sub.sess
 	f := s.revfeed
 	f.mu.Lock()
 	snap := f.published
 	sub.mu.Lock()
 	behind, pending := sub.behind, sub.pending
 	sub.pending, sub.behind = nil, false
+	if !behind && len(pending) == 0 {
+		sub.draining = false
+	}
 	sub.mu.Unlock()
 	f.mu.Unlock()
 	if !behind {
@@ -149,9 +176,9 @@ func (s *Server) revocationsDue(ctx context.Context, sess *session) *gatewayv1.S
 	if err != nil {
 		s.log.WarnContext(ctx, "revocation feed: catch-up failed; retrying", logkey.NodeID, sess.nodeID, logkey.Error, err)
 		sub.mu.Lock()
-		sub.behind = true
+		sub.behind, sub.draining = true, false
 		sub.mu.Unlock()
-		time.AfterFunc(revFeedRetry, sub.signal)
+		time.AfterFunc(revFeedRetry, func() { f.kick(sub) })
 		return nil
 	}
 	return &gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_RevokedCerts{RevokedCerts: msg}}
@@ -237,7 +264,7 @@ func (s *Server) publishRevocation(ctx context.Context, nodeID string, fromFeed 
 
 // fanOut queues certs on every subscriber, or marks them behind when
 // failed (the certificates are unknown) or when their queue would pass
-// revFeedQueueMax; it wakes each. It never waits on a session.
+// revFeedQueueMax, and starts their drains. It never waits on a session.
 func (f *revFeed) fanOut(certs []*gatewayv1.RevokedCert, failed bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -254,7 +281,7 @@ func (f *revFeed) fanOut(certs []*gatewayv1.RevokedCert, failed bool) {
 		default:
 			sub.pending = append(sub.pending, certs...)
 		}
+		f.kickLocked(sub)
 		sub.mu.Unlock()
-		sub.signal()
 	}
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 )
@@ -12,17 +13,15 @@ import (
 // bound, and stays bounded; one that drains gets every certificate.
 func TestRevFeedSlowSubscriberFallsBackToACatchUp(t *testing.T) {
 	f := newRevFeed()
-	fast, slow := &revSub{wake: make(chan struct{}, 1)}, &revSub{wake: make(chan struct{}, 1)}
+	// The drains only say they started; the test empties the queues.
+	started := make(chan *revSub, 2*revFeedQueueMax+4)
+	f.drain = func(sub *revSub) { started <- sub }
+	fast, slow := &revSub{}, &revSub{}
 	f.subs[&session{}] = fast
 	f.subs[&session{}] = slow
 	var got int
 	for i := range revFeedQueueMax + 1 {
 		f.fanOut([]*gatewayv1.RevokedCert{{NodeId: "n", Serial: fmt.Sprintf("%x", i)}}, false)
-		select {
-		case <-fast.ready():
-		default:
-			t.Fatalf("revocation %d did not wake the subscriber", i)
-		}
 		fast.mu.Lock()
 		got += len(fast.pending)
 		fast.pending = nil
@@ -36,6 +35,21 @@ func TestRevFeedSlowSubscriberFallsBackToACatchUp(t *testing.T) {
 		if want := i >= revFeedQueueMax; behind != want {
 			t.Fatalf("after %d revocations the slow subscriber is behind: %v, want %v", i+1, behind, want)
 		}
+	}
+	// One drain per subscriber, however many revocations came while it
+	// ran: each started one, and a subscriber marked draining starts no
+	// other.
+	seen := map[*revSub]bool{}
+	for range 2 {
+		select {
+		case sub := <-started:
+			seen[sub] = true
+		case <-time.After(10 * time.Second):
+			t.Fatal("a subscriber's drain did not start")
+		}
+	}
+	if !seen[fast] || !seen[slow] || !fast.draining || !slow.draining {
+		t.Errorf("drains started for fast %v, slow %v; draining %v, %v: want one each, still draining", seen[fast], seen[slow], fast.draining, slow.draining)
 	}
 	if got != revFeedQueueMax+1 {
 		t.Errorf("the draining subscriber got %d certificates, want %d", got, revFeedQueueMax+1)

@@ -54,8 +54,11 @@ func revoke(t *testing.T, e *env, n *node) {
 // TestRevocationFeed: a daemon that subscribed learns of another node's
 // revocation on its session, and after a reconnect catches up on what it
 // missed; one that did not subscribe hears nothing.
-func TestRevocationFeed(t *testing.T) {
+func TestRevocationFeed(t *testing.T) { overBothTransports(t, testRevocationFeed) }
+
+func testRevocationFeed(t *testing.T, grpcSessions bool) {
 	e := newEnv(t)
+	e.grpcSessions = grpcSessions
 	a, b, c, d := e.newNode(t, "a"), e.newNode(t, "b"), e.newNode(t, "c"), e.newNode(t, "d")
 	_, gwA := e.nodeClients(t, a)
 	_, gwC := e.nodeClients(t, c)

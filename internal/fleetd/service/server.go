@@ -18,6 +18,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/api/sessionframe"
 	"github.com/nodetrust/nodetrust/attest"
 	"github.com/nodetrust/nodetrust/internal/fleetd/actuator"
 	"github.com/nodetrust/nodetrust/internal/fleetd/bootpolicy"
@@ -134,6 +135,7 @@ type Server struct {
 	metrics  *metrics
 	boot     *bootMetrics
 	sessions *sessions
+	gateway  *gateway
 	// revfeed holds the sessions subscribed to the revocation feed.
 	revfeed   *revFeed
 	log       *slog.Logger
@@ -259,6 +261,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(), revfeed: newRevFeed(),
 		logThrottle: logThrottle, auditThrottle: auditThrottle, methods: map[string]struct{}{},
 		replica: randomHex(8), probes: map[string]chan string{}, started: cfg.Now()}
+	s.revfeed.drain = s.drainRevocations
+	s.gateway = &gateway{s: s}
 	for _, sd := range []grpc.ServiceDesc{joinv1.JoinService_ServiceDesc, adminv1.Admin_ServiceDesc, gatewayv1.Gateway_ServiceDesc} {
 		for _, m := range sd.Methods {
 			s.methods["/"+sd.ServiceName+"/"+m.MethodName] = struct{}{}
@@ -296,7 +300,9 @@ func (s *Server) TLSConfig() *tls.Config {
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.VerifyClientCertIfGiven,
 		ClientCAs:    s.clientCAs,
-		NextProtos:   []string{"h2"},
+		// h2 for gRPC; the framed session for nodes that ask for it
+		// (framed.go).
+		NextProtos: []string{"h2", sessionframe.ALPN},
 		// nil: Go's default.
 		CurvePreferences: s.cfg.KeyExchanges,
 	}
@@ -307,7 +313,7 @@ func (s *Server) TLSConfig() *tls.Config {
 func (s *Server) GRPCServer(lim *connlimit.Listener) *grpc.Server {
 	l := s.cfg.Limits
 	g := grpc.NewServer(
-		grpc.Creds(lim.Credentials(credentials.NewTLS(s.TLSConfig()))),
+		grpc.Creds(lim.Credentials(s.framedCredentials(credentials.NewTLS(s.TLSConfig())))),
 		grpc.StatsHandler(lim.StatsHandler()),
 		grpc.StatsHandler(sizeStats{s}),
 		// Handlers return errors; wireError is the one place they
@@ -331,7 +337,7 @@ func (s *Server) GRPCServer(lim *connlimit.Listener) *grpc.Server {
 	)
 	joinv1.RegisterJoinServiceServer(g, &joinService{s: s})
 	adminv1.RegisterAdminServer(g, &adminService{s: s})
-	gatewayv1.RegisterGatewayServer(g, &gateway{s: s})
+	gatewayv1.RegisterGatewayServer(g, s.gateway)
 	return g
 }
 

@@ -17,53 +17,119 @@ import (
 // maxInstanceID bounds the instance id a node names in its Hello.
 const maxInstanceID = 64
 
-// session is one node's live stream on this server.
+// session is one node's live session on this server, on either transport:
+// the gRPC Session stream or the framed session (api/sessionframe). It has
+// no goroutine of its own: the transport's reader hands it each request
+// (onRequest), and whoever has something to tell the node — a revocation,
+// a probe, a boot check — writes it through send, which the transport
+// makes safe for concurrent use.
 type session struct {
+	s        *Server
+	ctx      context.Context
+	caller   *authedNode
 	nodeID   string
 	instance string
 	// generation is the node's identity generation when the session
 	// opened; a revocation reported by another replica ends the session
 	// only if it raised the generation above this.
 	generation uint64
-	// notice receives at most one revocation; the handler sends it to
-	// the node and ends the stream.
-	notice chan *gatewayv1.RevocationNotice
-	// replaced is closed when a reconnect of the same process, or a new
-	// process after this one stopped answering, takes over.
-	replaced chan struct{}
-	// probes asks the handler to probe the node; the handler answers on
-	// the given channel when the node acknowledges.
-	probes chan chan struct{}
-	// checks asks the handler for a boot check now (CheckNode).
-	checks chan *checkCall
-	// feed is the session's subscription to the revocation feed (nil
-	// until it asks; see revfeed.go).
-	feed *revSub
-	// done is closed when the handler returns.
+	// send writes one message to the node.
+	send func(*gatewayv1.SessionResponse) error
+	// onStop, when set, is called once by stop, and must not block: the
+	// framed transport ends its connection from it. (The gRPC handler
+	// waits on stopped instead.)
+	onStop func(*session)
+	// book holds the nonces this session gave for boot evidence.
+	book *nonceBook
+
+	mu sync.Mutex
+	// serverID numbers the messages the server starts (probes, boot
+	// checks); probeID is the probe awaiting an answer on probeAck.
+	serverID uint64
+	probeID  uint64
+	probeAck chan struct{}
+	// stopping is set by stop, with the error the session ends with and
+	// the message sent last (nil for none).
+	stopping bool
+	endErr   error
+	final    *gatewayv1.SessionResponse
+
+	// stopped is closed by stop: the transport ends the session.
+	stopped chan struct{}
+	// done is closed when the session has ended and is cleaned up.
 	done chan struct{}
-	once sync.Once
 }
 
 func newSession(nodeID, instance string) *session {
 	return &session{
 		nodeID:   nodeID,
 		instance: instance,
-		notice:   make(chan *gatewayv1.RevocationNotice, 1),
-		replaced: make(chan struct{}),
-		probes:   make(chan chan struct{}, 1),
-		checks:   make(chan *checkCall),
+		book:     &nonceBook{},
+		stopped:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+}
+
+// stop ends the session with err, sending final first when it is not nil.
+// Only the first stop counts; it never blocks, so the registry may call it
+// under its lock.
+func (s *session) stop(err error, final *gatewayv1.SessionResponse) bool {
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		return false
+	}
+	s.stopping, s.endErr, s.final = true, err, final
+	s.mu.Unlock()
+	close(s.stopped)
+	if s.onStop != nil {
+		s.onStop(s)
+	}
+	return true
+}
+
+// ending returns the error and the last message stop gave.
+func (s *session) ending() (error, *gatewayv1.SessionResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.endErr, s.final
+}
+
+// nextServerID numbers a message the server starts.
+func (s *session) nextServerID() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.serverID++
+	return s.serverID
 }
 
 // alive probes the node behind s and reports whether it answered within
 // timeout.
 func (s *session) alive(timeout time.Duration) bool {
 	ack := make(chan struct{}, 1)
+	s.mu.Lock()
+	if s.stopping || s.send == nil {
+		s.mu.Unlock()
+		return false
+	}
+	s.serverID++
+	id := s.serverID
+	s.probeID, s.probeAck = id, ack
+	s.mu.Unlock()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
+	sent := make(chan error, 1)
+	// The write has its own deadline on the framed transport; on gRPC
+	// it may block while the node reads nothing, so it does not hold
+	// the caller past timeout.
+	go func() {
+		sent <- s.send(&gatewayv1.SessionResponse{Id: id, Body: &gatewayv1.SessionResponse_Probe{Probe: &gatewayv1.Ping{}}})
+	}()
 	select {
-	case s.probes <- ack:
+	case err := <-sent:
+		if err != nil {
+			return false
+		}
 	case <-s.done:
 		return false
 	case <-t.C:
@@ -79,8 +145,56 @@ func (s *session) alive(timeout time.Duration) bool {
 	}
 }
 
+// probeAnswered takes the node's answer to a probe.
+func (s *session) probeAnswered(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.probeAck != nil && id == s.probeID {
+		s.probeAck <- struct{}{}
+		s.probeAck = nil
+	}
+}
+
+// revoke ends the session with a RevocationNotice.
 func (s *session) revoke(n *gatewayv1.RevocationNotice) {
-	s.once.Do(func() { s.notice <- n })
+	err := refused(codes.Unauthenticated, "certificate revoked: %s", n.Reason)
+	if s.stop(err, &gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: n}}) && s.s != nil {
+		s.s.log.InfoContext(s.ctx, "session ended by revocation", logkey.NodeID, s.nodeID, logkey.Reason, n.Reason)
+	}
+}
+
+// replace ends the session for a newer one of its node.
+func (s *session) replace() {
+	s.stop(refused(codes.Aborted, "replaced by a newer session of this node (the same process reconnected, or a new one after this one stopped answering)"), nil)
+}
+
+// shutdown ends the session because fleetd stops.
+func (s *session) shutdown() {
+	s.stop(refused(codes.Unavailable, "fleetd is shutting down; reconnect"), nil)
+}
+
+// check asks the node for boot evidence now (CheckNode); the outcome
+// reaches call.result. It reports false when the session is ending.
+func (s *session) check(call *checkCall) bool {
+	s.mu.Lock()
+	stopping := s.stopping
+	s.mu.Unlock()
+	if stopping {
+		return false
+	}
+	bn, dropped, err := s.s.giveNonce(s.book, gatewayv1.NoncePurpose_NONCE_PURPOSE_BOOT_CHECK, call.result)
+	if err != nil {
+		call.result <- checkOutcome{err: err}
+		return true
+	}
+	if dropped != nil {
+		s.s.unanswered(s.ctx, s.nodeID, ignoredReplaced, []*issuedNonce{dropped})
+	}
+	if err := s.send(&gatewayv1.SessionResponse{Id: s.nextServerID(), Body: &gatewayv1.SessionResponse_Nonce{Nonce: bn}}); err != nil {
+		// The session is broken; its end reports the nonce unanswered.
+		s.s.log.DebugContext(s.ctx, "boot check not sent", logkey.NodeID, s.nodeID, logkey.Error, err)
+	}
+	return true
 }
 
 // sessions is the registry of live sessions on this server, one per node.
@@ -102,7 +216,7 @@ func (r *sessions) add(sess *session) (other *session) {
 		if old.instance != sess.instance {
 			return old
 		}
-		close(old.replaced)
+		old.replace()
 	}
 	r.byNode[sess.nodeID] = sess
 	return nil
@@ -118,7 +232,7 @@ func (r *sessions) swap(old, sess *session) bool {
 		return false
 	}
 	if ok {
-		close(old.replaced)
+		old.replace()
 	}
 	r.byNode[sess.nodeID] = sess
 	return true
@@ -166,8 +280,9 @@ func (r *sessions) notifyOlder(nodeID string, gen uint64, n *gatewayv1.Revocatio
 	return ok
 }
 
-// closeAll ends every session on this server (shutdown); their nodes
-// reconnect, to this server when it is back or to another replica.
+// closeAll ends every session on this server (shutdown), and those that
+// open after; their nodes reconnect, to this server when it is back or to
+// another replica.
 func (r *sessions) closeAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -178,6 +293,9 @@ func (r *sessions) closeAll() {
 	case <-r.closing:
 	default:
 		close(r.closing)
+	}
+	for _, sess := range r.byNode {
+		sess.shutdown()
 	}
 }
 
@@ -208,7 +326,7 @@ func (r *sessions) drop(nodeID, instance string) bool {
 		return false
 	}
 	delete(r.byNode, nodeID)
-	close(sess.replaced)
+	sess.replace()
 	return true
 }
 
@@ -224,12 +342,90 @@ type gateway struct {
 	s *Server
 }
 
-// Session is a node's live stream: its renewals travel on it, and a
-// revocation reaches the node through it.
-func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
+// open starts a node's session from its first message: it registers the
+// session (settling a second live session of the node: clone or
+// leftover), claims it across replicas and welcomes the node. On success
+// the caller runs the session and then calls close. send must be safe for
+// concurrent use; onStop (may be nil) becomes the session's.
+func (g *gateway) open(ctx context.Context, caller *authedNode, first *gatewayv1.SessionRequest, send func(*gatewayv1.SessionResponse) error, onStop func(*session)) (*session, error) {
 	s := g.s
+	hello := first.GetHello()
+	if hello == nil || hello.InstanceId == "" || len(hello.InstanceId) > maxInstanceID {
+		return nil, refused(codes.InvalidArgument, "a session starts with Hello naming the process's instance id")
+	}
+	sess := newSession(caller.node.ID, hello.InstanceId)
+	sess.s, sess.ctx, sess.caller, sess.send, sess.onStop = s, ctx, caller, send, onStop
+	sess.generation = caller.node.Generation
+	sess.book.onExpire = func(gone []*issuedNonce) { s.unanswered(ctx, sess.nodeID, ignoredTimeout, gone) }
+	if old := s.sessions.add(sess); old != nil {
+		// Another process holds a session for this node. If it still
+		// answers, one certificate is live in two places.
+		if old.alive(s.cfg.ProbeTimeout) || !s.sessions.swap(old, sess) {
+			close(sess.done)
+			reason := fmt.Sprintf("certificate looks cloned: two live sessions at once (instances %s and %s)", capClaim(old.instance), capClaim(sess.instance))
+			gen := s.revokeCloned(ctx, caller.node.ID, reason)
+			_ = send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen}}})
+			return nil, refused(codes.Unauthenticated, "certificate revoked: %s", reason)
+		}
+		s.log.InfoContext(ctx, "session replaced one that no longer answers", logkey.NodeID, sess.nodeID)
+	}
+	if notice, err := s.claimAcrossReplicas(ctx, sess); err != nil || notice != nil {
+		s.sessions.remove(sess)
+		sess.book.close()
+		close(sess.done)
+		if err != nil {
+			return nil, err
+		}
+		_ = send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: notice}})
+		return nil, refused(codes.Unauthenticated, "certificate revoked: %s", notice.Reason)
+	}
+	s.log.InfoContext(ctx, "session opened", logkey.NodeID, sess.nodeID, logkey.Instance, capClaim(sess.instance), logkey.Peer, peerAddr(ctx))
+	select {
+	case <-s.sessions.closed():
+		sess.shutdown()
+	default:
+	}
+	if err := send(&gatewayv1.SessionResponse{Id: first.Id, Body: &gatewayv1.SessionResponse_Welcome{Welcome: &gatewayv1.Welcome{
+		NodeId: sess.nodeID, ServerTimeUnixNano: s.cfg.Now().UnixNano(),
+	}}}); err != nil {
+		g.close(sess)
+		return nil, err
+	}
+	return sess, nil
+}
+
+// close cleans up after a session ended: nonces never answered are
+// counted (they change nothing), and the session leaves the replicas'
+// record and the registry.
+func (g *gateway) close(sess *session) {
+	ctx := context.WithoutCancel(sess.ctx)
+	g.s.unanswered(ctx, sess.nodeID, ignoredSessionEnded, sess.book.close())
+	g.s.releaseAcrossReplicas(ctx, sess)
+	g.s.sessions.remove(sess)
+	g.s.revfeed.unsubscribe(sess)
+	close(sess.done)
+}
+
+// onRequest answers one message of the node, on the transport's reader.
+// An error means the answer could not be written: the session is broken.
+func (g *gateway) onRequest(sess *session, m *gatewayv1.SessionRequest) error {
+	if m.GetProbeAck() != nil {
+		sess.probeAnswered(m.Id)
+		return nil
+	}
+	if m.GetRevocationFeed() != nil {
+		return sess.send(g.s.subscribeRevocations(sess.ctx, sess, m.Id))
+	}
+	return sess.send(g.handle(sess.ctx, sess.caller, sess.book, m))
+}
+
+// Session is a node's live session on a gRPC stream: its renewals travel
+// on it, and a revocation reaches the node through it. Nodes that speak
+// the framed session (serveFramed) use that instead: it costs the server
+// one goroutine where this costs five.
+func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 	ctx := stream.Context()
-	caller, err := s.nodeFromPeer(ctx)
+	caller, err := g.s.nodeFromPeer(ctx)
 	if err != nil {
 		return err
 	}
@@ -237,122 +433,41 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 	if err != nil {
 		return err
 	}
-	hello := first.GetHello()
-	if hello == nil || hello.InstanceId == "" || len(hello.InstanceId) > maxInstanceID {
-		return refused(codes.InvalidArgument, "a session starts with Hello naming the process's instance id")
+	// A gRPC stream takes one Send at a time.
+	var sendMu sync.Mutex
+	send := func(m *gatewayv1.SessionResponse) error {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		return stream.Send(m)
 	}
-	sess := newSession(caller.node.ID, hello.InstanceId)
-	sess.generation = caller.node.Generation
-	defer close(sess.done)
-	if old := s.sessions.add(sess); old != nil {
-		// Another process holds a session for this node. If it still
-		// answers, one certificate is live in two places.
-		if old.alive(s.cfg.ProbeTimeout) || !s.sessions.swap(old, sess) {
-			reason := fmt.Sprintf("certificate looks cloned: two live sessions at once (instances %s and %s)", capClaim(old.instance), capClaim(sess.instance))
-			gen := s.revokeCloned(ctx, caller.node.ID, reason)
-			_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen}}})
-			return refused(codes.Unauthenticated, "certificate revoked: %s", reason)
-		}
-		s.log.InfoContext(ctx, "session replaced one that no longer answers", logkey.NodeID, sess.nodeID)
-	}
-	defer s.sessions.remove(sess)
-	if notice, err := s.claimAcrossReplicas(ctx, sess); err != nil {
-		return err
-	} else if notice != nil {
-		_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: notice}})
-		return refused(codes.Unauthenticated, "certificate revoked: %s", notice.Reason)
-	}
-	defer s.releaseAcrossReplicas(ctx, sess)
-	s.log.InfoContext(ctx, "session opened", logkey.NodeID, sess.nodeID, logkey.Instance, capClaim(sess.instance), logkey.Peer, peerAddr(ctx))
-
-	if err := stream.Send(&gatewayv1.SessionResponse{Id: first.Id, Body: &gatewayv1.SessionResponse_Welcome{Welcome: &gatewayv1.Welcome{
-		NodeId: sess.nodeID, ServerTimeUnixNano: s.cfg.Now().UnixNano(),
-	}}}); err != nil {
+	sess, err := g.open(ctx, caller, first, send, nil)
+	if err != nil {
 		return err
 	}
-
-	reqs := make(chan *gatewayv1.SessionRequest)
+	defer g.close(sess)
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
 			m, err := stream.Recv()
+			if err == nil {
+				err = g.onRequest(sess, m)
+			}
 			if err != nil {
 				recvErr <- err
 				return
 			}
-			select {
-			case reqs <- m:
-			case <-ctx.Done():
-				return
-			}
 		}
 	}()
-	shutdown := s.sessions.closed()
-	var probeAck chan struct{}
-	var probeID uint64
-	// book holds the nonces this session gave for boot evidence; those
-	// never answered are counted when the session ends, and change nothing.
-	book := &nonceBook{}
-	defer func() { s.unanswered(context.WithoutCancel(ctx), sess.nodeID, ignoredSessionEnded, book.open) }()
-	for {
-		select {
-		case call := <-sess.checks:
-			bn, dropped, err := s.giveNonce(book, gatewayv1.NoncePurpose_NONCE_PURPOSE_BOOT_CHECK, call.result)
-			if err != nil {
-				call.result <- checkOutcome{err: err}
-				continue
-			}
-			if dropped != nil {
-				s.unanswered(ctx, sess.nodeID, ignoredReplaced, []*issuedNonce{dropped})
-			}
-			probeID++
-			if err := stream.Send(&gatewayv1.SessionResponse{Id: probeID, Body: &gatewayv1.SessionResponse_Nonce{Nonce: bn}}); err != nil {
-				return err
-			}
-		case <-book.expiry(time.Now()):
-			s.unanswered(ctx, sess.nodeID, ignoredTimeout, book.expire(time.Now()))
-		case ack := <-sess.probes:
-			probeID++
-			probeAck = ack
-			if err := stream.Send(&gatewayv1.SessionResponse{Id: probeID, Body: &gatewayv1.SessionResponse_Probe{Probe: &gatewayv1.Ping{}}}); err != nil {
-				return err
-			}
-		case n := <-sess.notice:
-			_ = stream.Send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_Revoked{Revoked: n}})
-			s.log.InfoContext(ctx, "session ended by revocation", logkey.NodeID, sess.nodeID, logkey.Reason, n.Reason)
-			return refused(codes.Unauthenticated, "certificate revoked: %s", n.Reason)
-		case <-sess.feed.ready():
-			if resp := s.revocationsDue(ctx, sess); resp != nil {
-				if err := stream.Send(resp); err != nil {
-					return err
-				}
-			}
-		case <-shutdown:
-			return refused(codes.Unavailable, "fleetd is shutting down; reconnect")
-		case <-sess.replaced:
-			return refused(codes.Aborted, "replaced by a newer session of this node (the same process reconnected, or a new one after this one stopped answering)")
-		case err := <-recvErr:
-			s.log.DebugContext(ctx, "session closed", logkey.NodeID, sess.nodeID, logkey.Error, err)
-			return nil
-		case m := <-reqs:
-			if m.GetProbeAck() != nil {
-				if probeAck != nil && m.Id == probeID {
-					probeAck <- struct{}{}
-					probeAck = nil
-				}
-				continue
-			}
-			if m.GetRevocationFeed() != nil {
-				if err := stream.Send(s.subscribeRevocations(ctx, sess, m.Id)); err != nil {
-					return err
-				}
-				continue
-			}
-			resp := g.handle(ctx, caller, book, m)
-			if err := stream.Send(resp); err != nil {
-				return err
-			}
+	select {
+	case <-sess.stopped:
+		err, final := sess.ending()
+		if final != nil {
+			_ = send(final)
 		}
+		return err
+	case err := <-recvErr:
+		g.s.log.DebugContext(ctx, "session closed", logkey.NodeID, sess.nodeID, logkey.Error, err)
+		return nil
 	}
 }
 

@@ -53,7 +53,9 @@ func call(t *testing.T, s gatewayv1.Gateway_SessionClient, req *gatewayv1.Sessio
 	return m
 }
 
-func TestSessionStartsWithHello(t *testing.T) {
+func TestSessionStartsWithHello(t *testing.T) { overBothTransports(t, testSessionStartsWithHello) }
+
+func testSessionStartsWithHello(t *testing.T, grpcSessions bool) {
 	cases := []struct {
 		name  string
 		first *gatewayv1.SessionRequest
@@ -63,6 +65,7 @@ func TestSessionStartsWithHello(t *testing.T) {
 		{name: "a hello with an instance id of 65 bytes", first: &gatewayv1.SessionRequest{Id: 1, Body: &gatewayv1.SessionRequest_Hello{Hello: &gatewayv1.Hello{InstanceId: strings.Repeat("a", 65)}}}},
 	}
 	e := newEnv(t)
+	e.grpcSessions = grpcSessions
 	n := e.newNode(t, "web")
 	_, gw := e.nodeClients(t, n)
 	for _, tc := range cases {
@@ -81,6 +84,10 @@ func TestSessionStartsWithHello(t *testing.T) {
 }
 
 func TestSessionRefusesDeadCertificates(t *testing.T) {
+	overBothTransports(t, testSessionRefusesDeadCertificates)
+}
+
+func testSessionRefusesDeadCertificates(t *testing.T, grpcSessions bool) {
 	cases := []struct {
 		name string
 		kill func(t *testing.T, e *env, n *node)
@@ -123,6 +130,7 @@ func TestSessionRefusesDeadCertificates(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
+			e.grpcSessions = grpcSessions
 			n := e.newNode(t, "web")
 			tc.kill(t, e, n)
 			_, gw := e.nodeClients(t, n)
@@ -139,7 +147,12 @@ func TestSessionRefusesDeadCertificates(t *testing.T) {
 }
 
 func TestSessionAnswersPingsAndRenewals(t *testing.T) {
+	overBothTransports(t, testSessionAnswersPingsAndRenewals)
+}
+
+func testSessionAnswersPingsAndRenewals(t *testing.T, grpcSessions bool) {
 	e := newEnv(t, func(c *service.Config) { c.RenewalLimit = 2 })
+	e.grpcSessions = grpcSessions
 	n := e.newNode(t, "web")
 	_, gw := e.nodeClients(t, n)
 	stream, w := openSession(t, gw, "proc-a")
@@ -204,6 +217,10 @@ func TestSessionAnswersPingsAndRenewals(t *testing.T) {
 }
 
 func TestRevocationReachesTheLiveSession(t *testing.T) {
+	overBothTransports(t, testRevocationReachesTheLiveSession)
+}
+
+func testRevocationReachesTheLiveSession(t *testing.T, grpcSessions bool) {
 	cases := []struct {
 		name       string
 		revoke     func(t *testing.T, e *env, id string) (notified bool)
@@ -240,6 +257,7 @@ func TestRevocationReachesTheLiveSession(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
+			e.grpcSessions = grpcSessions
 			n := e.newNode(t, "web")
 			_, gw := e.nodeClients(t, n)
 			stream, _ := openSession(t, gw, "proc-a")
@@ -278,8 +296,11 @@ func TestRevocationReachesTheLiveSession(t *testing.T) {
 // TestReclaimEndsTheOldSession reclaims a node whose old identity holds a
 // live session: the session gets a revocation notice and ends, as for a
 // revocation.
-func TestReclaimEndsTheOldSession(t *testing.T) {
+func TestReclaimEndsTheOldSession(t *testing.T) { overBothTransports(t, testReclaimEndsTheOldSession) }
+
+func testReclaimEndsTheOldSession(t *testing.T, grpcSessions bool) {
 	e := newEnv(t)
+	e.grpcSessions = grpcSessions
 	first := newMachine(t, "web")
 	s1, _ := e.token(t, nil)
 	old := e.mustJoin(t, first, e.request(t, first, s1))
@@ -340,9 +361,12 @@ func ackProbes(s gatewayv1.Gateway_SessionClient) (revoked chan *gatewayv1.Revoc
 	return revoked, end
 }
 
-func TestSecondSession(t *testing.T) {
+func TestSecondSession(t *testing.T) { overBothTransports(t, testSecondSession) }
+
+func testSecondSession(t *testing.T, grpcSessions bool) {
 	t.Run("a reconnect of the same process replaces its session", func(t *testing.T) {
 		e := newEnv(t)
+		e.grpcSessions = grpcSessions
 		n := e.newNode(t, "web")
 		_, gw := e.nodeClients(t, n)
 		first, _ := openSession(t, gw, "proc-a")
@@ -356,6 +380,7 @@ func TestSecondSession(t *testing.T) {
 
 	t.Run("another process while the first still answers means a cloned certificate", func(t *testing.T) {
 		e := newEnv(t)
+		e.grpcSessions = grpcSessions
 		n := e.newNode(t, "web")
 		_, gw := e.nodeClients(t, n)
 		first, _ := openSession(t, gw, "proc-a")
@@ -390,6 +415,7 @@ func TestSecondSession(t *testing.T) {
 
 	t.Run("another process after the first stopped answering replaces it", func(t *testing.T) {
 		e := newEnv(t, func(c *service.Config) { c.ProbeTimeout = 100 * time.Millisecond })
+		e.grpcSessions = grpcSessions
 		n := e.newNode(t, "web")
 		_, gw := e.nodeClients(t, n)
 		first, _ := openSession(t, gw, "proc-a")
@@ -412,7 +438,12 @@ func TestSecondSession(t *testing.T) {
 }
 
 func TestSessionEndsWhenTheServerStops(t *testing.T) {
+	overBothTransports(t, testSessionEndsWhenTheServerStops)
+}
+
+func testSessionEndsWhenTheServerStops(t *testing.T, grpcSessions bool) {
 	e := newEnv(t)
+	e.grpcSessions = grpcSessions
 	n := e.newNode(t, "web")
 	_, gw := e.nodeClients(t, n)
 	stream, _ := openSession(t, gw, "proc-a")

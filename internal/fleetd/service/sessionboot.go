@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -43,10 +44,17 @@ type issuedNonce struct {
 	waiter chan checkOutcome
 }
 
-// nonceBook holds a session's open nonces, one per purpose. Only the
-// session's handler uses it.
+// nonceBook holds a session's open nonces, one per purpose. It is safe
+// for concurrent use: the session's reader takes nonces, a CheckNode call
+// issues one, and its timer expires them.
 type nonceBook struct {
+	mu   sync.Mutex
 	open []*issuedNonce
+	// onExpire, when set, is told of the nonces that expired unanswered,
+	// from a timer's goroutine; the book arms its timer only then.
+	onExpire func([]*issuedNonce)
+	timer    *time.Timer
+	closed   bool
 }
 
 // issue makes a fresh nonce for purpose; one still open for the same
@@ -56,6 +64,8 @@ func (b *nonceBook) issue(purpose gatewayv1.NoncePurpose, notAfter time.Time, wa
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, nil, fmt.Errorf("read random: %w", err)
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for i, o := range b.open {
 		if o.purpose == purpose {
 			dropped = o
@@ -65,12 +75,15 @@ func (b *nonceBook) issue(purpose gatewayv1.NoncePurpose, notAfter time.Time, wa
 	}
 	n = &issuedNonce{nonce: nonce, purpose: purpose, notAfter: notAfter, waiter: waiter}
 	b.open = append(b.open, n)
+	b.armLocked(time.Now())
 	return n, dropped, nil
 }
 
 // take removes and returns the open nonce equal to nonce, of purpose, if
 // it has not expired at now.
 func (b *nonceBook) take(nonce []byte, purpose gatewayv1.NoncePurpose, now time.Time) (*issuedNonce, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for i, o := range b.open {
 		if o.purpose == purpose && len(nonce) == len(o.nonce) && subtle.ConstantTimeCompare(o.nonce, nonce) == 1 {
 			b.open = append(b.open[:i], b.open[i+1:]...)
@@ -82,6 +95,12 @@ func (b *nonceBook) take(nonce []byte, purpose gatewayv1.NoncePurpose, now time.
 
 // expire removes and returns the nonces past their time at now.
 func (b *nonceBook) expire(now time.Time) []*issuedNonce {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.expireLocked(now)
+}
+
+func (b *nonceBook) expireLocked(now time.Time) []*issuedNonce {
 	var gone []*issuedNonce
 	kept := b.open[:0]
 	for _, o := range b.open {
@@ -95,10 +114,11 @@ func (b *nonceBook) expire(now time.Time) []*issuedNonce {
 	return gone
 }
 
-// expiry fires when the first open nonce expires; nil with none open.
-func (b *nonceBook) expiry(now time.Time) <-chan time.Time {
-	if len(b.open) == 0 {
-		return nil
+// armLocked sets the timer to fire when the first open nonce expires. A
+// timer rather than a goroutine: a held session has none of its own.
+func (b *nonceBook) armLocked(now time.Time) {
+	if b.onExpire == nil || b.closed || len(b.open) == 0 {
+		return
 	}
 	first := b.open[0].notAfter
 	for _, o := range b.open[1:] {
@@ -106,7 +126,42 @@ func (b *nonceBook) expiry(now time.Time) <-chan time.Time {
 			first = o.notAfter
 		}
 	}
-	return time.After(max(first.Sub(now), 0))
+	d := max(first.Sub(now), 0)
+	if b.timer == nil {
+		b.timer = time.AfterFunc(d, b.fire)
+		return
+	}
+	b.timer.Reset(d)
+}
+
+// fire expires the nonces whose time passed and re-arms for the rest.
+func (b *nonceBook) fire() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	gone := b.expireLocked(now)
+	b.armLocked(now)
+	b.mu.Unlock()
+	if len(gone) > 0 {
+		b.onExpire(gone)
+	}
+}
+
+// close stops the timer and returns the nonces still open: the session
+// ended before they were answered.
+func (b *nonceBook) close() []*issuedNonce {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	open := b.open
+	b.open = nil
+	return open
 }
 
 // unanswered counts and reports the nonces that got no evidence.
@@ -317,12 +372,8 @@ func (a *adminService) CheckNode(ctx context.Context, req *adminv1.CheckNodeRequ
 	call := &checkCall{result: make(chan checkOutcome, 1)}
 	wait := time.NewTimer(s.cfg.BootCheckTimeout + 5*time.Second)
 	defer wait.Stop()
-	select {
-	case sess.checks <- call:
-	case <-sess.done:
+	if !sess.check(call) {
 		return nil, refused(codes.Unavailable, "node %s's session ended before the check", req.NodeId)
-	case <-ctx.Done():
-		return nil, ctx.Err()
 	}
 	var out checkOutcome
 	select {
