@@ -99,6 +99,8 @@ func RunNode(ctx context.Context, o NodeOptions) error {
 		BackoffMin:    cfg.Renewal.BackoffMin.Duration,
 		BackoffMax:    cfg.Renewal.BackoffMax.Duration,
 
+		SessionTransport: cfg.SessionTransport,
+
 		BootCheckInterval: cfg.BootCheck.Interval.Duration,
 		EventLogPath:      cfg.BootCheck.EventLog,
 		// A TPM over TCP (swtpm) measured no boot of this host: send the

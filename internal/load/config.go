@@ -58,6 +58,9 @@ type Config struct {
 	// ServerDebug is a targeted server's debug_listen address, for its
 	// heap; a started server always gets one.
 	ServerDebug string
+	// SessionTransport is the sessions' transport: "framed" (the
+	// default; gRPC, counted, where the server refuses it) or "grpc".
+	SessionTransport string
 	// Role and Site of the tokens.
 	Role string
 	Site string
@@ -104,6 +107,9 @@ func (c *Config) defaults() {
 	if c.Role == "" {
 		c.Role = "load"
 	}
+	if c.SessionTransport == "" {
+		c.SessionTransport = transportFramed
+	}
 	if c.Timeout == 0 {
 		c.Timeout = time.Minute
 	}
@@ -132,6 +138,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--renewals %d: want 0 or more", c.Renewals)
 	case c.Revoke > c.Nodes:
 		return fmt.Errorf("--revoke %d: more than the %d nodes", c.Revoke, c.Nodes)
+	case c.SessionTransport != transportFramed && c.SessionTransport != transportGRPC:
+		return fmt.Errorf("--session-transport %q: want framed or grpc", c.SessionTransport)
 	case c.Retries < 0:
 		return fmt.Errorf("--retries %d: want 0 or more", c.Retries)
 	case len(c.PKCS11) > 0 && c.ServerConfig != "":
@@ -191,6 +199,7 @@ func parseArgs(args []string, stdout, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&c.PKCS11PINFile, "pkcs11-pin-file", "", "with --pkcs11: the file holding the token's PIN (mode 0600), for [pkcs11] pin_file")
 	fs.StringVar(&c.KeyExchanges, "tls-key-exchanges", "", "TLS key exchanges of the started server (its tls_key_exchanges), comma-separated: X25519MLKEM768, X25519, P256, P384 (default Go's: the hybrid X25519MLKEM768 first)")
 	fs.StringVar(&c.ServerDebug, "server-debug", "", "with --config: the server's debug_listen address, to read its heap (a started server always has one)")
+	fs.StringVar(&c.SessionTransport, "session-transport", transportFramed, "the live sessions' transport: framed (the framed session; gRPC where the server refuses it, counted) or grpc")
 	fs.StringVar(&c.Role, "role", "load", "role of the join tokens")
 	fs.StringVar(&c.Site, "site", "", "site of the join tokens")
 	fs.DurationVar(&c.Timeout, "timeout", time.Minute, "longest wait for one operation")

@@ -84,6 +84,16 @@ func TestLoadSmoke(t *testing.T) {
 			t.Errorf("phase %s: %d operations, want %d", name, ops[name], n)
 		}
 	}
+	// Framed by default; gRPC only where the server refuses it (a fleetd
+	// without the framed session), and the header says which.
+	ri := rep.Run
+	if ri.SessionTransport != "framed" || ri.SessionsFramed+ri.SessionsGRPC < 300 || ri.SessionsGRPC != ri.SessionsFellBack {
+		t.Errorf("session transport %q: %d framed, %d gRPC, %d of them fallbacks; want framed asked for, 300 sessions, gRPC only as a fallback",
+			ri.SessionTransport, ri.SessionsFramed, ri.SessionsGRPC, ri.SessionsFellBack)
+	}
+	if !strings.Contains(out.String(), "\nsessions: ") {
+		t.Errorf("the report's header does not say the sessions' transport")
+	}
 	if rep.Floor == nil || rep.Floor.Join.ServerMicros <= 0 || rep.Floor.Renew.ServerMicros <= 0 {
 		t.Errorf("no crypto floor in the report: %+v", rep.Floor)
 	}
@@ -104,7 +114,7 @@ func TestLoadSmoke(t *testing.T) {
 // TestMainUsage checks that a command-line mistake exits 2 before
 // anything starts.
 func TestMainUsage(t *testing.T) {
-	for _, args := range [][]string{{"--nodes", "0"}, {"--revoke", "20", "--nodes", "10"}, {"--bogus"}, {"extra"}, {"--server", "x:1"}} {
+	for _, args := range [][]string{{"--nodes", "0"}, {"--revoke", "20", "--nodes", "10"}, {"--bogus"}, {"extra"}, {"--server", "x:1"}, {"--session-transport", "quic"}} {
 		var stderr bytes.Buffer
 		if code := load.Main(context.Background(), args, &bytes.Buffer{}, &stderr); code != 2 {
 			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, stderr.String())

@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/api/sessionframe"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/pki/tlspin"
@@ -138,6 +139,37 @@ type target struct {
 	next       atomic.Uint64
 	serverName string
 	pins       *pki.Bundle
+
+	// transport is the sessions' (transportFramed or transportGRPC).
+	transport string
+	// refused holds the addresses that refused the framed session: the
+	// sessions after the first go over gRPC there at once, without a
+	// refused handshake each.
+	refused sync.Map
+	// framed and grpc count the sessions opened over each; fellBack
+	// those over gRPC because the server refused the framed session.
+	framed, grpc, fellBack atomic.Int64
+}
+
+// Session transports (--session-transport).
+const (
+	transportFramed = "framed"
+	transportGRPC   = "grpc"
+)
+
+// pick returns the address the next connection takes.
+func (t *target) pick() string {
+	return t.addrs[(t.next.Add(1)-1)%uint64(len(t.addrs))]
+}
+
+// tlsConfig is a connection's TLS configuration, pinned to the serving CA
+// as agent.Dial's; cert, when set, is the client certificate.
+func (t *target) tlsConfig(cert *tls.Certificate) *tls.Config {
+	var get func(*tls.CertificateRequestInfo) (*tls.Certificate, error)
+	if cert != nil {
+		get = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+	}
+	return tlspin.Client(t.pins.ServingCASPKIPin, t.serverName, get)
 }
 
 // clientOptions keep the load tool's own memory per connection small;
@@ -150,17 +182,60 @@ var clientOptions = []grpc.DialOption{
 // dial opens a client connection pinned to the serving CA, as agent.Dial
 // does; cert, when set, is the client certificate.
 func (t *target) dial(cert *tls.Certificate) (*grpc.ClientConn, error) {
-	var get func(*tls.CertificateRequestInfo) (*tls.Certificate, error)
-	if cert != nil {
-		get = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
-	}
-	tc := tlspin.Client(t.pins.ServingCASPKIPin, t.serverName, get)
-	addr := t.addrs[(t.next.Add(1)-1)%uint64(len(t.addrs))]
-	conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tc))}, clientOptions...)...)
+	return t.dialAddr(t.pick(), cert)
+}
+
+func (t *target) dialAddr(addr string, cert *tls.Certificate) (*grpc.ClientConn, error) {
+	conn, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(t.tlsConfig(cert)))}, clientOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	return conn, nil
+}
+
+// sessionStream is a live session's messages on either transport: the
+// gRPC Session stream and the framed session's client both end with a
+// gRPC status error.
+type sessionStream interface {
+	Send(*gatewayv1.SessionRequest) error
+	Recv() (*gatewayv1.SessionResponse, error)
+}
+
+// openStream opens a session's stream to the next address, on t's
+// transport: framed, or gRPC where the server refuses the framed session
+// (counted). Its transport closes when ctx ends and when closeConn is
+// called.
+func (t *target) openStream(ctx context.Context, cert *tls.Certificate, timeout time.Duration) (stream sessionStream, closeConn func(), err error) {
+	addr := t.pick()
+	if _, refused := t.refused.Load(addr); t.transport == transportFramed && !refused {
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		c, err := sessionframe.Dial(dctx, addr, t.tlsConfig(cert), timeout)
+		cancel()
+		switch {
+		case err == nil:
+			stop := context.AfterFunc(ctx, func() { _ = c.Close() })
+			t.framed.Add(1)
+			return c, func() { stop(); _ = c.Close() }, nil
+		case errors.Is(err, sessionframe.ErrNotOffered):
+			t.refused.Store(addr, true)
+			t.fellBack.Add(1)
+		default:
+			return nil, nil, &opError{code: codes.Unavailable, msg: fmt.Sprintf("dial the framed session: %v", err)}
+		}
+	} else if refused {
+		t.fellBack.Add(1)
+	}
+	conn, err := t.dialAddr(addr, cert)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := gatewayv1.NewGatewayClient(conn).Session(ctx)
+	if err != nil {
+		conn.Close()
+		return nil, nil, rpcError(err, nil)
+	}
+	t.grpc.Add(1)
+	return st, func() { conn.Close() }, nil
 }
 
 // opError is a failed operation with its gRPC code and the server's
@@ -228,11 +303,12 @@ func (n *simNode) checkJoin(pins *pki.Bundle, role string) error {
 
 // session is a node's live Gateway session as the load tool holds it.
 type session struct {
-	conn   *grpc.ClientConn
-	stream gatewayv1.Gateway_SessionClient
-	cancel context.CancelFunc
-	sendMu sync.Mutex
-	ids    atomic.Uint64
+	// closeConn closes the session's connection.
+	closeConn func()
+	stream    sessionStream
+	cancel    context.CancelFunc
+	sendMu    sync.Mutex
+	ids       atomic.Uint64
 
 	mu      sync.Mutex
 	waiting map[uint64]chan *gatewayv1.SessionResponse
@@ -251,25 +327,23 @@ type session struct {
 }
 
 // openSession opens the node's live session over its own mutual TLS
-// connection, sends Hello and waits for Welcome; then the session answers
-// probes and collects answers until it ends.
+// connection (framed, or gRPC), sends Hello and waits for Welcome; then
+// the session answers probes and collects answers until it ends.
 func (n *simNode) openSession(ctx context.Context, t *target, timeout time.Duration) error {
-	conn, err := t.dial(&n.cert)
+	sctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(timeout, cancel)
+	stream, closeConn, err := t.openStream(sctx, &n.cert, timeout)
 	if err != nil {
+		timer.Stop()
+		cancel()
 		return err
 	}
-	sctx, cancel := context.WithCancel(ctx)
-	s := &session{conn: conn, cancel: cancel, waiting: map[uint64]chan *gatewayv1.SessionResponse{},
+	s := &session{closeConn: closeConn, stream: stream, cancel: cancel, waiting: map[uint64]chan *gatewayv1.SessionResponse{},
 		notice: make(chan struct{}), ended: make(chan struct{})}
 	fail := func(err error) error {
 		cancel()
-		conn.Close()
+		closeConn()
 		return err
-	}
-	timer := time.AfterFunc(timeout, cancel)
-	s.stream, err = gatewayv1.NewGatewayClient(conn).Session(sctx)
-	if err != nil {
-		return fail(rpcError(err, nil))
 	}
 	s.ids.Store(1)
 	instance := make([]byte, 16)
@@ -362,7 +436,7 @@ func (s *session) call(m *gatewayv1.SessionRequest, timeout time.Duration) (*gat
 func (s *session) close() {
 	s.closing.Store(true)
 	s.cancel()
-	s.conn.Close()
+	s.closeConn()
 }
 
 // isEnded reports whether the stream has ended.

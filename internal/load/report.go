@@ -8,6 +8,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/nodetrust/nodetrust/api/sessionframe"
 )
 
 // Report is everything a run measured and checked; it is also the JSON
@@ -48,6 +50,14 @@ type RunInfo struct {
 	// NoFile is RLIMIT_NOFILE after raising it, inherited by a started
 	// server.
 	NoFile uint64 `json:"rlimit_nofile"`
+	// SessionTransport is the sessions' transport asked for (framed or
+	// grpc); SessionsFramed and SessionsGRPC count the sessions opened
+	// over each, SessionsFellBack those over gRPC because the server
+	// refused the framed session.
+	SessionTransport string `json:"session_transport"`
+	SessionsFramed   int64  `json:"sessions_framed"`
+	SessionsGRPC     int64  `json:"sessions_grpc"`
+	SessionsFellBack int64  `json:"sessions_fell_back_to_grpc,omitempty"`
 	// ServerRSSIdleBytes is the server's RSS before the first phase.
 	ServerRSSIdleBytes int64 `json:"server_rss_idle_bytes,omitempty"`
 	// ToolPeakRSSBytes is the load tool's own peak RSS.
@@ -281,6 +291,21 @@ func (r *Report) held() int {
 	return 0
 }
 
+// sessionTransport says which transport the sessions used.
+func (ri RunInfo) sessionTransport() string {
+	switch {
+	case ri.SessionsFramed > 0 && ri.SessionsGRPC > 0:
+		return fmt.Sprintf("mixed: %d framed, %d gRPC (%d because the server refused the framed session)", ri.SessionsFramed, ri.SessionsGRPC, ri.SessionsFellBack)
+	case ri.SessionsGRPC > 0 && ri.SessionsFellBack > 0:
+		return "gRPC (the server refused the framed session asked for)"
+	case ri.SessionsGRPC > 0:
+		return "gRPC"
+	case ri.SessionsFramed > 0:
+		return "framed (ALPN " + sessionframe.ALPN + ")"
+	}
+	return ri.SessionTransport + " (none opened)"
+}
+
 // print writes the report's tables.
 func (r *Report) print(w io.Writer) {
 	ri := r.Run
@@ -292,6 +317,7 @@ func (r *Report) print(w io.Writer) {
 	if len(ri.PIDs) > 0 {
 		fmt.Fprintf(w, " (pids %s; server columns summed)", strings.Trim(strings.Join(strings.Fields(fmt.Sprint(ri.PIDs)), ", "), "[]"))
 	}
+	fmt.Fprintf(w, "\nsessions: %s", ri.sessionTransport())
 	kex := "Go's default (X25519MLKEM768 first)"
 	if len(ri.KeyExchanges) > 0 {
 		kex = strings.Join(ri.KeyExchanges, ", ")

@@ -93,7 +93,7 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 		}
 	}
 
-	r := &runner{c: &c, cp: cp, t: &target{addrs: strings.Split(cp.addr, ","), serverName: cp.bundle.ServerName, pins: cp.bundle}}
+	r := &runner{c: &c, cp: cp, t: &target{addrs: strings.Split(cp.addr, ","), serverName: cp.bundle.ServerName, pins: cp.bundle, transport: c.SessionTransport}}
 	runID := make([]byte, 3)
 	_, _ = rand.Read(runID)
 	for i := range c.Nodes {
@@ -121,6 +121,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	rep.Phases = append(rep.Phases, r.joins(ctx))
 	joinFailures := r.checkJoins(ctx)
 	rep.Phases = append(rep.Phases, r.sessions(ctx, rep.Run.ServerRSSIdleBytes))
+	rep.Run.SessionTransport = c.SessionTransport
+	rep.Run.SessionsFramed, rep.Run.SessionsGRPC, rep.Run.SessionsFellBack = r.t.framed.Load(), r.t.grpc.Load(), r.t.fellBack.Load()
+	if n := rep.Run.SessionsFellBack; n > 0 {
+		c.warnf("%d sessions went over gRPC: the server refuses the framed session (a fleetd older than it); to measure gRPC sessions without this note, pass --session-transport grpc", n)
+	}
 	renewPins, renewFailures := []pki.Pin(nil), []string(nil)
 	if c.Renewals > 0 {
 		rep.Phases = append(rep.Phases, r.renewals(ctx))

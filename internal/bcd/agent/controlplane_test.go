@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -197,8 +198,9 @@ type watch struct {
 	journal chan journalEntry
 	opened  chan struct{} // one per "session open" logged
 
-	mu   sync.Mutex
-	msgs []string
+	mu         sync.Mutex
+	msgs       []string
+	transports []string // each opened session's, in order
 }
 
 func newWatch() *watch {
@@ -216,6 +218,16 @@ func (w *watch) Enabled(context.Context, slog.Level) bool { return true }
 func (w *watch) Handle(_ context.Context, r slog.Record) error {
 	w.mu.Lock()
 	w.msgs = append(w.msgs, r.Message)
+	if r.Message == "session open" {
+		tr := ""
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "transport" {
+				tr = a.Value.String()
+			}
+			return true
+		})
+		w.transports = append(w.transports, tr)
+	}
 	w.mu.Unlock()
 	if r.Message == "session open" {
 		w.opened <- struct{}{}
@@ -225,6 +237,13 @@ func (w *watch) Handle(_ context.Context, r slog.Record) error {
 
 func (w *watch) WithAttrs([]slog.Attr) slog.Handler { return w }
 func (w *watch) WithGroup(string) slog.Handler      { return w }
+
+// sessionTransports returns the transport of each session opened so far.
+func (w *watch) sessionTransports() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.transports)
+}
 
 // logged reports how many times msg was logged.
 func (w *watch) logged(msg string) int {

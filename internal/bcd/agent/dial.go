@@ -88,16 +88,7 @@ func Dial(servers []string, serverName string, servingCA pki.Pin, getCert func(*
 	if len(servers) == 0 {
 		return nil, nil, nil, errors.New("dial control plane: no address (set server in config.toml)")
 	}
-	tc := tlspin.Client(servingCA, serverName, getCert)
-	guard := &PinGuard{}
-	verify := tc.VerifyConnection
-	tc.VerifyConnection = func(cs tls.ConnectionState) error {
-		err := verify(cs)
-		if err != nil {
-			guard.err.Store(&err)
-		}
-		return err
-	}
+	tc, guard := clientTLS(serverName, servingCA, getCert)
 	ep := &Endpoints{r: manual.NewBuilderWithScheme("nodetrust-cp")}
 	ep.Add(servers...)
 	ep.r.InitialState(ep.state())
@@ -109,4 +100,23 @@ func Dial(servers []string, serverName string, servingCA pki.Pin, getCert func(*
 		return nil, nil, nil, fmt.Errorf("dial control plane %v: %w", servers, err)
 	}
 	return conn, guard, ep, nil
+}
+
+// clientTLS is the TLS client configuration of every connection to the
+// control plane: the serving certificate checked against the pin, getCert
+// asked for the client certificate at each handshake (so a reconnect
+// after a renewal presents the new one), and a guard that remembers a
+// failed pin check.
+func clientTLS(serverName string, servingCA pki.Pin, getCert func(*tls.CertificateRequestInfo) (*tls.Certificate, error)) (*tls.Config, *PinGuard) {
+	tc := tlspin.Client(servingCA, serverName, getCert)
+	guard := &PinGuard{}
+	verify := tc.VerifyConnection
+	tc.VerifyConnection = func(cs tls.ConnectionState) error {
+		err := verify(cs)
+		if err != nil {
+			guard.err.Store(&err)
+		}
+		return err
+	}
+	return tc, guard
 }

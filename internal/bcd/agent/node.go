@@ -107,6 +107,11 @@ type NodeConfig struct {
 	EventLogPath string
 	NoEventLog   bool
 
+	// SessionTransport is TransportFramed (the default: the framed
+	// session, or gRPC at a control plane that does not offer it) or
+	// TransportGRPC (the gRPC Session always).
+	SessionTransport string
+
 	// PeerRevoked, when set, subscribes the session to the control plane's
 	// revocation feed and is told each revoked certificate of another node
 	// (its node id, serial in lower-case hex, and expiry, zero when
@@ -140,6 +145,9 @@ func (c *NodeConfig) defaults() {
 	if c.EventLogPath == "" {
 		c.EventLogPath = DefaultEventLogPath
 	}
+	if c.SessionTransport == "" {
+		c.SessionTransport = TransportFramed
+	}
 }
 
 // node is the agent's state while it runs.
@@ -166,6 +174,11 @@ type node struct {
 // plane and renews over it.
 func RunNode(ctx context.Context, c NodeConfig) error {
 	c.defaults()
+	switch c.SessionTransport {
+	case TransportFramed, TransportGRPC:
+	default:
+		return fmt.Errorf("session transport %q: want %q or %q", c.SessionTransport, TransportFramed, TransportGRPC)
+	}
 	st := c.State
 	if st == nil {
 		var err error
@@ -184,12 +197,13 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 		return err
 	}
 	defer conn.Close()
-	gw := gatewayv1.NewGatewayClient(conn)
+	tc, _ := clientTLS(c.ServerName, c.Pins.ServingCA, n.clientCert)
+	sessions := &sessionDialer{gw: gatewayv1.NewGatewayClient(conn), endpoints: endpoints, tls: tc, grpcOnly: c.SessionTransport == TransportGRPC}
 	n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
 
 	reconnect := time.Second
 	for {
-		err := n.session(ctx, gw)
+		err := n.session(ctx, sessions)
 		switch {
 		case ctx.Err() != nil:
 			return nil
@@ -259,14 +273,16 @@ func RenewTime(leaf *x509.Certificate, fraction float64) time.Time {
 	return leaf.NotBefore.Add(time.Duration(float64(life) * fraction))
 }
 
-// session runs one live session until it breaks.
-func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
+// session runs one live session until it breaks, over whichever
+// transport sessions opens.
+func (n *node) session(ctx context.Context, sessions *sessionDialer) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := gw.Session(ctx)
+	stream, transport, end, err := sessions.open(ctx)
 	if err != nil {
 		return err
 	}
+	defer end()
 	if err := stream.Send(&gatewayv1.SessionRequest{Id: 1, Body: &gatewayv1.SessionRequest_Hello{Hello: &gatewayv1.Hello{DaemonVersion: n.c.Version, InstanceId: n.instance}}}); err != nil {
 		return n.streamErr(ctx, stream, err)
 	}
@@ -280,7 +296,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 	if first.GetWelcome() == nil {
 		return fmt.Errorf("the control plane did not welcome the session")
 	}
-	n.log.InfoContext(ctx, "session open", logkey.Instance, n.instance)
+	n.log.InfoContext(ctx, "session open", logkey.Instance, n.instance, "transport", transport)
 
 	msgs := make(chan *gatewayv1.SessionResponse)
 	recvErr := make(chan error, 1)
@@ -461,7 +477,7 @@ func (n *node) session(ctx context.Context, gw gatewayv1.GatewayClient) error {
 }
 
 // streamErr classifies a broken session: a refused certificate is final.
-func (n *node) streamErr(ctx context.Context, _ gatewayv1.Gateway_SessionClient, err error) error {
+func (n *node) streamErr(ctx context.Context, _ sessionStream, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}

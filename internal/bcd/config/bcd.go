@@ -50,6 +50,11 @@ type BCD struct {
 	// device path, or tcp://host:port (swtpm).
 	TPM string `toml:"tpm"`
 
+	// SessionTransport is how bcd node holds its live session: "framed"
+	// (the default: the framed session, or gRPC at a control plane that
+	// does not offer it) or "grpc" (the gRPC Session always).
+	SessionTransport string `toml:"session_transport"`
+
 	Renewal Renewal `toml:"renewal"`
 
 	// BootCheck configures the boot evidence bcd node sends on its live
@@ -321,6 +326,11 @@ func (c *BCD) Validate() error {
 	}
 	if c.ServerName == "" {
 		c.ServerName, _, _ = net.SplitHostPort(c.Addresses()[0])
+	}
+	switch c.SessionTransport {
+	case "", "framed", "grpc":
+	default:
+		return fmt.Errorf("session_transport: %q: want framed or grpc", c.SessionTransport)
 	}
 	if f := c.Renewal.Fraction; f != 0 && (f < 0.05 || f > 0.95) {
 		return fmt.Errorf("renewal.fraction: %g is outside 0.05..0.95", f)

@@ -39,6 +39,18 @@ join_encryption_key_pin = "`+goodPin+`"
 	}
 }
 
+func TestSessionTransportSetting(t *testing.T) {
+	base := `server = "fleet.example:8443"
+serving_ca_spki_pin = "` + goodPin + `"
+join_signing_key_pin = "` + goodPin + `"
+join_encryption_key_pin = "` + goodPin + `"
+`
+	c, err := LoadBCD(writeFile(t, base+"session_transport = \"grpc\"\n"))
+	if err != nil || c.SessionTransport != "grpc" {
+		t.Fatalf("session_transport = \"grpc\": %+v, %v", c, err)
+	}
+}
+
 func TestJoinAttestorSetting(t *testing.T) {
 	base := `server = "fleet.example:8443"
 serving_ca_spki_pin = "` + goodPin + `"
@@ -71,6 +83,7 @@ func TestLoadBCDRefusals(t *testing.T) {
 		{"a missing pin names its setting", "join_encryption_key_pin", "", "join_encryption_key_pin is required"},
 		{"a server without a port", "server", `"fleet.example"`, "server: want host:port"},
 		{"an unknown setting", "colour", `"blue"`, "unknown setting colour"},
+		{"an unknown session transport names its setting", "session_transport", `"quic"`, "session_transport"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -86,7 +86,7 @@ func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
 	sess, err := s.gateway.open(ctx, caller, first, fs.Send, func(sess *session) {
 		// stop must not block: the last frame is written on its own.
 		go func() {
-			err, final := sess.ending()
+			final, err := sess.ending()
 			if final != nil {
 				_ = fs.Send(final)
 			}

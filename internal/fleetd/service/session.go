@@ -89,10 +89,10 @@ func (s *session) stop(err error, final *gatewayv1.SessionResponse) bool {
 }
 
 // ending returns the error and the last message stop gave.
-func (s *session) ending() (error, *gatewayv1.SessionResponse) {
+func (s *session) ending() (*gatewayv1.SessionResponse, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.endErr, s.final
+	return s.final, s.endErr
 }
 
 // nextServerID numbers a message the server starts.
@@ -460,7 +460,7 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 	}()
 	select {
 	case <-sess.stopped:
-		err, final := sess.ending()
+		final, err := sess.ending()
 		if final != nil {
 			_ = send(final)
 		}

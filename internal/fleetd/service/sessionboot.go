@@ -93,13 +93,7 @@ func (b *nonceBook) take(nonce []byte, purpose gatewayv1.NoncePurpose, now time.
 	return nil, false
 }
 
-// expire removes and returns the nonces past their time at now.
-func (b *nonceBook) expire(now time.Time) []*issuedNonce {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.expireLocked(now)
-}
-
+// expireLocked removes and returns the nonces past their time at now.
 func (b *nonceBook) expireLocked(now time.Time) []*issuedNonce {
 	var gone []*issuedNonce
 	kept := b.open[:0]
