@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodetrust/nodetrust/api/adminv1"
 	"github.com/nodetrust/nodetrust/callsig"
+	"github.com/nodetrust/nodetrust/internal/bcd/agent"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 )
 
@@ -49,6 +50,12 @@ func machineProof(t *testing.T, st *identity.State, namespace string) []byte {
 // revocation feed; B's proof, cached by A's (real) proof cache, is refused
 // once the control plane revoked B.
 func TestPeerRevocationReachesTheProofCache(t *testing.T) {
+	for _, transport := range []string{agent.TransportFramed, agent.TransportGRPC} {
+		t.Run(transport, func(t *testing.T) { testPeerRevocationReachesTheProofCache(t, transport) })
+	}
+}
+
+func testPeerRevocationReachesTheProofCache(t *testing.T, transport string) {
 	cp := startControlPlane(t)
 	dirA, stA := cp.joinNode(t, false)
 	_, stB := cp.joinNode(t, false)
@@ -67,6 +74,7 @@ func TestPeerRevocationReachesTheProofCache(t *testing.T) {
 
 	w := newWatch()
 	c := cp.nodeConfig(dirA, w)
+	c.SessionTransport = transport
 	heard := make(chan string, 16)
 	c.PeerRevoked = func(nodeID, serial string, notAfter time.Time) {
 		cache.RevokeCert(nodeID, serial, notAfter, time.Time{})
