@@ -21,10 +21,12 @@ import (
 // subscriber gets the catch-up first: the revoked certificates not yet
 // expired, from the store, bounded by revFeedCatchUpMax. Then each new
 // revocation (made here, or on another replica and heard from the store's
-// feed) is queued on every subscriber, up to revFeedQueueMax certificates;
-// one that falls further behind has its queue dropped and gets a catch-up
-// again instead, so a slow session never holds up a revocation or grows
-// memory. Catch-ups read within revFeedCatchUpTTL of each other share one
+// feed) is queued on every subscriber, up to revFeedQueueMax certificates,
+// and a drain goroutine per subscriber, alive only while its queue is not
+// empty, writes it to the session (the session has no goroutine of its
+// own); a subscriber that falls further behind has its queue dropped and
+// gets a catch-up again instead, so a slow session never holds up a
+// revocation or grows memory. Catch-ups read within revFeedCatchUpTTL of each other share one
 // store read when no revocation came between (a fleet reconnecting after a
 // restart costs one read, not one per node).
 
