@@ -94,11 +94,21 @@ func (f *revFeed) kick(sub *revSub) {
 
 // kickLocked is kick with sub.mu held.
 func (f *revFeed) kickLocked(sub *revSub) {
-	if sub.draining || f.drain == nil || (!sub.behind && len(sub.pending) == 0) {
+	if sub.draining || f.drain == nil || (!sub.behind && len(sub.pending) == 0) || sub.ended() {
 		return
 	}
 	sub.draining = true
 	go f.drain(sub)
+}
+
+// ended reports whether sub's session has ended (a retry then stops).
+func (sub *revSub) ended() bool {
+	select {
+	case <-sub.sess.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // drainRevocations sends what sub holds until it holds nothing, or the

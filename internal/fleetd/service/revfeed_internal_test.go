@@ -16,7 +16,7 @@ func TestRevFeedSlowSubscriberFallsBackToACatchUp(t *testing.T) {
 	// The drains only say they started; the test empties the queues.
 	started := make(chan *revSub, 2*revFeedQueueMax+4)
 	f.drain = func(sub *revSub) { started <- sub }
-	fast, slow := &revSub{}, &revSub{}
+	fast, slow := &revSub{sess: &session{}}, &revSub{sess: &session{}}
 	f.subs[&session{}] = fast
 	f.subs[&session{}] = slow
 	var got int
