@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"sync"
 	"time"
+
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 // DefaultMaxProofEntries is the default cap of a [ProofCache]: the machine
@@ -23,10 +25,14 @@ const DefaultMaxProofEntries = 4096
 // (the same *x509.CertPool and trust domain) and namespace, and only while
 // every certificate of the verified chain is valid: from the latest
 // NotBefore to the earliest NotAfter of the chain, root included. Anything
-// else is verified again in full. [ProofCache.ForgetNode] drops the entries
-// of a node, for a daemon that learns that a node was revoked; a daemon that
-// renews its trust bundle gets a new pool and so misses every entry made
-// against the old one.
+// else is verified again in full. [ProofCache.RevokeCert] records that a
+// node certificate was revoked, for a daemon that learns it (fleetd's
+// revocation feed): the node's entries are dropped and, from then on, proofs
+// whose leaf is that certificate are refused, cached or not — without it, a
+// revoked certificate that has not expired would pass the full verification
+// again, which checks no revocation. [ProofCache.ForgetNode] only drops the
+// entries of a node. A daemon that renews its trust bundle
+// gets a new pool and so misses every entry made against the old one.
 //
 // The cache is bounded: when it holds its cap, an expired entry or else the
 // oldest one makes room. A hostile peer can therefore only evict entries
@@ -39,7 +45,20 @@ type ProofCache struct {
 	order   [][sha256.Size]byte // insertion order, oldest first, for eviction
 	hits    uint64
 	misses  uint64
+	// revoked maps the serial (pki.SerialHex) of a revoked leaf to when
+	// the record can go: the leaf's expiry.
+	revoked map[string]time.Time
 }
+
+// MaxRevokedCerts bounds the revoked certificates a [ProofCache]
+// remembers. When it holds this many, the expired ones are dropped, and
+// else the one that expires first.
+const MaxRevokedCerts = 65536
+
+// RevocationMemory is how long a [ProofCache] remembers a revoked
+// certificate whose expiry it was not told: a node certificate lives at
+// most 24 hours; the extra hour covers clocks a little apart.
+const RevocationMemory = 25 * time.Hour
 
 type proofEntry struct {
 	roots       *x509.CertPool
@@ -47,7 +66,10 @@ type proofEntry struct {
 	namespace   string
 	notBefore   time.Time
 	notAfter    time.Time
-	peer        Peer
+	// leafSerial is the serial (pki.SerialHex) of the leaf, the node's
+	// certificate.
+	leafSerial string
+	peer       Peer
 }
 
 // NewProofCache returns a cache of at most maxEntries proofs; zero or less
@@ -56,7 +78,7 @@ func NewProofCache(maxEntries int) *ProofCache {
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxProofEntries
 	}
-	return &ProofCache{max: maxEntries, entries: make(map[[sha256.Size]byte]*proofEntry)}
+	return &ProofCache{max: maxEntries, entries: make(map[[sha256.Size]byte]*proofEntry), revoked: make(map[string]time.Time)}
 }
 
 // Verify returns the peer that the machine proof encoded in data proves, as
@@ -77,6 +99,10 @@ func (c *ProofCache) Verify(data []byte, trust TrustBundle, namespace string, no
 		e := c.entries[key]
 		if e != nil && e.roots == trust.Roots && trust.Roots != nil && e.trustDomain == trust.TrustDomain &&
 			e.namespace == namespace && !now.Before(e.notBefore) && !now.After(e.notAfter) {
+			if err := c.revokedLocked(e.peer.NodeID, e.leafSerial); err != nil {
+				c.mu.Unlock()
+				return nil, err
+			}
 			c.hits++
 			p := e.peer
 			c.mu.Unlock()
@@ -100,8 +126,24 @@ func (c *ProofCache) Verify(data []byte, trust TrustBundle, namespace string, no
 	e := &proofEntry{roots: trust.Roots, trustDomain: trust.TrustDomain, namespace: namespace, peer: *peer}
 	e.peer.SenderKey = append(ed25519.PublicKey(nil), peer.SenderKey...)
 	e.notBefore, e.notAfter = chainValidity(chain)
+	e.leafSerial = pki.SerialHex(chain[0])
+	c.mu.Lock()
+	err = c.revokedLocked(peer.NodeID, e.leafSerial)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
 	c.add(key, e, now)
 	return peer, nil
+}
+
+// revokedLocked refuses a proof of node nodeID whose leaf has serial
+// serial when that certificate was revoked. c.mu is held.
+func (c *ProofCache) revokedLocked(nodeID, serial string) error {
+	if _, ok := c.revoked[serial]; !ok {
+		return nil
+	}
+	return reject(CheckMachineProof, "the certificate of node %s (serial %s) was revoked: the node needs a new certificate", nodeID, serial)
 }
 
 // chainValidity returns the span in which every certificate of chain is
@@ -173,10 +215,54 @@ func (c *ProofCache) ForgetNode(nodeID string) {
 	c.order = kept
 }
 
+// RevokeCert records that the certificate of node nodeID with serial
+// serial (lower-case hex of its bytes, as pki.SerialHex) was revoked: it
+// drops the node's proofs, and refuses the proofs whose leaf is that
+// certificate, until notAfter, its expiry (zero means RevocationMemory
+// after now, which zero makes time.Now()). The node's other certificates,
+// such as one it got after the revocation, are served as before.
+func (c *ProofCache) RevokeCert(nodeID, serial string, notAfter, now time.Time) {
+	if now.IsZero() {
+		now = time.Now()
+	}
+	if notAfter.IsZero() {
+		notAfter = now.Add(RevocationMemory)
+	}
+	c.mu.Lock()
+	if _, ok := c.revoked[serial]; !ok && len(c.revoked) >= MaxRevokedCerts {
+		c.pruneRevokedLocked(now)
+	}
+	if until, ok := c.revoked[serial]; !ok || notAfter.After(until) {
+		c.revoked[serial] = notAfter
+	}
+	c.mu.Unlock()
+	c.ForgetNode(nodeID)
+}
+
+// pruneRevokedLocked drops the records of expired certificates, or else
+// the one that expires first. c.mu is held.
+func (c *ProofCache) pruneRevokedLocked(now time.Time) {
+	var first string
+	for serial, until := range c.revoked {
+		if now.After(until) {
+			delete(c.revoked, serial)
+			continue
+		}
+		if first == "" || until.Before(c.revoked[first]) {
+			first = serial
+		}
+	}
+	if len(c.revoked) >= MaxRevokedCerts && first != "" {
+		delete(c.revoked, first)
+	}
+}
+
 // ProofCacheStats describes a ProofCache, for metrics and status reports.
 type ProofCacheStats struct {
 	Entries    int
 	MaxEntries int
+	// RevokedCerts is the number of revoked certificates remembered.
+	RevokedCerts int
 	// Hits and Misses count the look-ups since the cache was made.
 	Hits, Misses uint64
 }
@@ -185,5 +271,5 @@ type ProofCacheStats struct {
 func (c *ProofCache) Stats() ProofCacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return ProofCacheStats{Entries: len(c.entries), MaxEntries: c.max, Hits: c.hits, Misses: c.misses}
+	return ProofCacheStats{Entries: len(c.entries), MaxEntries: c.max, RevokedCerts: len(c.revoked), Hits: c.hits, Misses: c.misses}
 }

@@ -3,8 +3,11 @@ package callsig
 import (
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/nodetrust/nodetrust/pki"
 )
 
 func mustMarshalProof(tb testing.TB, p *MachineProof) []byte {
@@ -138,5 +141,71 @@ func TestProofCacheIsBounded(t *testing.T) {
 	}
 	if got := c.Stats().Misses - misses; got != 1 {
 		t.Errorf("%d misses, want 1: the newest proof served, the oldest evicted", got)
+	}
+}
+
+func TestProofCacheRefusesARevokedCertificate(t *testing.T) {
+	f := newTestFleet(t, testTD)
+	a := mustMarshalProof(t, newTestMachine(t, f.auth.Issuer, testNode, testNS).proof(t, testInst, instPub()))
+	old := newTestMachine(t, f.auth.Issuer, otherNode, testNS)
+	b := mustMarshalProof(t, old.proof(t, testInst, instPub()))
+	// The same node with another certificate (one it got later).
+	renewed := mustMarshalProof(t, newTestMachine(t, f.auth.Issuer, otherNode, testNS).proof(t, testInst, instPub()))
+	c := NewProofCache(0)
+	for _, p := range [][]byte{a, b} {
+		if _, err := c.Verify(p, f.trust, testNS, testNow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another serial of the node refuses nothing, but drops its entries.
+	c.RevokeCert(otherNode, "0badc0de", time.Time{}, testNow)
+	if _, err := c.Verify(b, f.trust, testNS, testNow); err != nil {
+		t.Fatalf("proof of a certificate not revoked: %v", err)
+	}
+	// Its own serial refuses the cached proof, and again when the proof
+	// is verified in full; the other node is still served from the cache,
+	// and the node's other certificate is accepted.
+	c.RevokeCert(otherNode, pki.SerialHex(old.leaf), old.leaf.NotAfter, testNow)
+	if n := c.Stats().Entries; n != 1 {
+		t.Errorf("after RevokeCert: %d entries, want 1", n)
+	}
+	for range 2 {
+		_, err := c.Verify(b, f.trust, testNS, testNow)
+		wantRejection(t, err, CheckMachineProof, "was revoked")
+	}
+	if n := c.Stats().Entries; n != 1 {
+		t.Errorf("the refused proof was cached: %d entries, want 1", n)
+	}
+	hits := c.Stats().Hits
+	if _, err := c.Verify(a, f.trust, testNS, testNow); err != nil || c.Stats().Hits != hits+1 {
+		t.Errorf("the other node's proof: err %v, hits %d → %d, want served from the cache", err, hits, c.Stats().Hits)
+	}
+	if _, err := c.Verify(renewed, f.trust, testNS, testNow); err != nil {
+		t.Errorf("the node's certificate that was not revoked: %v", err)
+	}
+	if st := c.Stats(); st.RevokedCerts != 2 {
+		t.Errorf("RevokedCerts = %d, want 2", st.RevokedCerts)
+	}
+}
+
+func TestProofCacheRevocationsAreBounded(t *testing.T) {
+	c := NewProofCache(0)
+	for i := range MaxRevokedCerts + 10 {
+		// The first ten expired an hour ago, the rest expire later.
+		notAfter := testNow.Add(time.Hour + time.Duration(i)*time.Second)
+		if i < 10 {
+			notAfter = testNow.Add(-time.Hour)
+		}
+		c.RevokeCert("node", fmt.Sprintf("%x", i), notAfter, testNow)
+	}
+	if n := c.Stats().RevokedCerts; n > MaxRevokedCerts {
+		t.Fatalf("%d revocations remembered, over the bound of %d", n, MaxRevokedCerts)
+	}
+	c.mu.Lock()
+	_, expired := c.revoked["0"]
+	_, newest := c.revoked[fmt.Sprintf("%x", MaxRevokedCerts+9)]
+	c.mu.Unlock()
+	if expired || !newest {
+		t.Errorf("after the bound was reached: the expired record kept %v, the newest kept %v; want false, true", expired, newest)
 	}
 }

@@ -90,6 +90,7 @@ type SessionRequest struct {
 	//	*SessionRequest_NonceRequest
 	//	*SessionRequest_BootEvidence
 	//	*SessionRequest_AttestedRenew
+	//	*SessionRequest_RevocationFeed
 	Body          isSessionRequest_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -202,6 +203,15 @@ func (x *SessionRequest) GetAttestedRenew() *AttestedRenew {
 	return nil
 }
 
+func (x *SessionRequest) GetRevocationFeed() *RevocationFeedRequest {
+	if x != nil {
+		if x, ok := x.Body.(*SessionRequest_RevocationFeed); ok {
+			return x.RevocationFeed
+		}
+	}
+	return nil
+}
+
 type isSessionRequest_Body interface {
 	isSessionRequest_Body()
 }
@@ -241,6 +251,14 @@ type SessionRequest_AttestedRenew struct {
 	AttestedRenew *AttestedRenew `protobuf:"bytes,8,opt,name=attested_renew,json=attestedRenew,proto3,oneof"`
 }
 
+type SessionRequest_RevocationFeed struct {
+	// Subscribes this session to the revocation feed: which certificates
+	// of other nodes were revoked, so that the node's daemon refuses the
+	// machine proofs made with them (see RevokedCerts). Answered, with
+	// this request's id, by revoked_certs with catch_up set.
+	RevocationFeed *RevocationFeedRequest `protobuf:"bytes,9,opt,name=revocation_feed,json=revocationFeed,proto3,oneof"`
+}
+
 func (*SessionRequest_Hello) isSessionRequest_Body() {}
 
 func (*SessionRequest_Renew) isSessionRequest_Body() {}
@@ -254,6 +272,8 @@ func (*SessionRequest_NonceRequest) isSessionRequest_Body() {}
 func (*SessionRequest_BootEvidence) isSessionRequest_Body() {}
 
 func (*SessionRequest_AttestedRenew) isSessionRequest_Body() {}
+
+func (*SessionRequest_RevocationFeed) isSessionRequest_Body() {}
 
 type SessionResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -269,6 +289,7 @@ type SessionResponse struct {
 	//	*SessionResponse_Nonce
 	//	*SessionResponse_BootResult
 	//	*SessionResponse_End
+	//	*SessionResponse_RevokedCerts
 	Body          isSessionResponse_Body `protobuf_oneof:"body"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -399,6 +420,15 @@ func (x *SessionResponse) GetEnd() *SessionEnd {
 	return nil
 }
 
+func (x *SessionResponse) GetRevokedCerts() *RevokedCerts {
+	if x != nil {
+		if x, ok := x.Body.(*SessionResponse_RevokedCerts); ok {
+			return x.RevokedCerts
+		}
+	}
+	return nil
+}
+
 type isSessionResponse_Body interface {
 	isSessionResponse_Body()
 }
@@ -452,6 +482,15 @@ type SessionResponse_End struct {
 	End *SessionEnd `protobuf:"bytes,10,opt,name=end,proto3,oneof"`
 }
 
+type SessionResponse_RevokedCerts struct {
+	// Revoked certificates, for a session subscribed with
+	// revocation_feed: the catch-up (with the request's id, or id 0 when
+	// the server sends it again because this session fell behind) and
+	// those of each new revocation (id 0). Never sent to a session that
+	// did not subscribe.
+	RevokedCerts *RevokedCerts `protobuf:"bytes,11,opt,name=revoked_certs,json=revokedCerts,proto3,oneof"`
+}
+
 func (*SessionResponse_Welcome) isSessionResponse_Body() {}
 
 func (*SessionResponse_Renew) isSessionResponse_Body() {}
@@ -470,6 +509,187 @@ func (*SessionResponse_BootResult) isSessionResponse_Body() {}
 
 func (*SessionResponse_End) isSessionResponse_Body() {}
 
+func (*SessionResponse_RevokedCerts) isSessionResponse_Body() {}
+
+// RevocationFeedRequest subscribes a session to the revocation feed. The
+// server answers with the catch-up: every revoked node certificate that has
+// not expired yet (one lives at most 24 hours), so a daemon that was away
+// learns what it missed. Then, while the session lasts, it sends the
+// certificates of each new revocation, made on any replica. Subscribing
+// again is answered with a new catch-up. A revocation reaches subscribers
+// on a best-effort basis (the session may end first); the catch-up of the
+// next session repairs what was lost.
+type RevocationFeedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevocationFeedRequest) Reset() {
+	*x = RevocationFeedRequest{}
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevocationFeedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevocationFeedRequest) ProtoMessage() {}
+
+func (x *RevocationFeedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevocationFeedRequest.ProtoReflect.Descriptor instead.
+func (*RevocationFeedRequest) Descriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{2}
+}
+
+// RevokedCerts lists revoked node certificates. At most 3072, latest
+// revocation first, so that the message stays below the session's frame
+// limit (512 KiB) whatever the node ids (63 bytes at most) and serials (20
+// bytes).
+type RevokedCerts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Certs []*RevokedCert         `protobuf:"bytes,1,rep,name=certs,proto3" json:"certs,omitempty"`
+	// catch_up marks the list of every revoked certificate not yet expired
+	// (from the store), as opposed to those of one new revocation. The
+	// server sends a catch-up again, instead of revocations it would have to
+	// queue, when this session falls behind; the daemon adds it to what it
+	// knows.
+	CatchUp bool `protobuf:"varint,2,opt,name=catch_up,json=catchUp,proto3" json:"catch_up,omitempty"`
+	// truncated marks a catch-up cut at its bound: older revocations were
+	// left out, and the daemon cannot refuse those certificates.
+	Truncated     bool `protobuf:"varint,3,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokedCerts) Reset() {
+	*x = RevokedCerts{}
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokedCerts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokedCerts) ProtoMessage() {}
+
+func (x *RevokedCerts) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokedCerts.ProtoReflect.Descriptor instead.
+func (*RevokedCerts) Descriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RevokedCerts) GetCerts() []*RevokedCert {
+	if x != nil {
+		return x.Certs
+	}
+	return nil
+}
+
+func (x *RevokedCerts) GetCatchUp() bool {
+	if x != nil {
+		return x.CatchUp
+	}
+	return false
+}
+
+func (x *RevokedCerts) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+type RevokedCert struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// The certificate's serial number, lower-case hex of its bytes.
+	Serial string `protobuf:"bytes,2,opt,name=serial,proto3" json:"serial,omitempty"`
+	// When the certificate expires; the daemon forgets it then. 0 when the
+	// server does not know (the daemon keeps it for a certificate's maximum
+	// lifetime).
+	NotAfterUnixNano int64 `protobuf:"varint,3,opt,name=not_after_unix_nano,json=notAfterUnixNano,proto3" json:"not_after_unix_nano,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RevokedCert) Reset() {
+	*x = RevokedCert{}
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokedCert) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokedCert) ProtoMessage() {}
+
+func (x *RevokedCert) ProtoReflect() protoreflect.Message {
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokedCert.ProtoReflect.Descriptor instead.
+func (*RevokedCert) Descriptor() ([]byte, []int) {
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RevokedCert) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RevokedCert) GetSerial() string {
+	if x != nil {
+		return x.Serial
+	}
+	return ""
+}
+
+func (x *RevokedCert) GetNotAfterUnixNano() int64 {
+	if x != nil {
+		return x.NotAfterUnixNano
+	}
+	return 0
+}
+
 // SessionEnd closes a framed session: code is a gRPC status code, message
 // says why (for example that the certificate was revoked).
 type SessionEnd struct {
@@ -482,7 +702,7 @@ type SessionEnd struct {
 
 func (x *SessionEnd) Reset() {
 	*x = SessionEnd{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[2]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -494,7 +714,7 @@ func (x *SessionEnd) String() string {
 func (*SessionEnd) ProtoMessage() {}
 
 func (x *SessionEnd) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[2]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -507,7 +727,7 @@ func (x *SessionEnd) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEnd.ProtoReflect.Descriptor instead.
 func (*SessionEnd) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{2}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SessionEnd) GetCode() uint32 {
@@ -537,7 +757,7 @@ type Hello struct {
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -549,7 +769,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[3]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -562,7 +782,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Hello) GetDaemonVersion() string {
@@ -589,7 +809,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -601,7 +821,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -614,7 +834,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Welcome) GetNodeId() string {
@@ -640,7 +860,7 @@ type Ping struct {
 
 func (x *Ping) Reset() {
 	*x = Ping{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -652,7 +872,7 @@ func (x *Ping) String() string {
 func (*Ping) ProtoMessage() {}
 
 func (x *Ping) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -665,7 +885,7 @@ func (x *Ping) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Ping.ProtoReflect.Descriptor instead.
 func (*Ping) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Ping) GetClientTimeUnixNano() int64 {
@@ -684,7 +904,7 @@ type Pong struct {
 
 func (x *Pong) Reset() {
 	*x = Pong{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +916,7 @@ func (x *Pong) String() string {
 func (*Pong) ProtoMessage() {}
 
 func (x *Pong) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +929,7 @@ func (x *Pong) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pong.ProtoReflect.Descriptor instead.
 func (*Pong) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Pong) GetServerTimeUnixNano() int64 {
@@ -729,7 +949,7 @@ type RevocationNotice struct {
 
 func (x *RevocationNotice) Reset() {
 	*x = RevocationNotice{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +961,7 @@ func (x *RevocationNotice) String() string {
 func (*RevocationNotice) ProtoMessage() {}
 
 func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +974,7 @@ func (x *RevocationNotice) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevocationNotice.ProtoReflect.Descriptor instead.
 func (*RevocationNotice) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RevocationNotice) GetReason() string {
@@ -783,7 +1003,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -795,7 +1015,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -808,7 +1028,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Error) GetCode() uint32 {
@@ -841,7 +1061,7 @@ type NonceRequest struct {
 
 func (x *NonceRequest) Reset() {
 	*x = NonceRequest{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -853,7 +1073,7 @@ func (x *NonceRequest) String() string {
 func (*NonceRequest) ProtoMessage() {}
 
 func (x *NonceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -866,7 +1086,7 @@ func (x *NonceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NonceRequest.ProtoReflect.Descriptor instead.
 func (*NonceRequest) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NonceRequest) GetPurpose() NoncePurpose {
@@ -888,7 +1108,7 @@ type BootNonce struct {
 
 func (x *BootNonce) Reset() {
 	*x = BootNonce{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1120,7 @@ func (x *BootNonce) String() string {
 func (*BootNonce) ProtoMessage() {}
 
 func (x *BootNonce) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1133,7 @@ func (x *BootNonce) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootNonce.ProtoReflect.Descriptor instead.
 func (*BootNonce) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BootNonce) GetNonce() []byte {
@@ -959,7 +1179,7 @@ type BootEvidence struct {
 
 func (x *BootEvidence) Reset() {
 	*x = BootEvidence{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -971,7 +1191,7 @@ func (x *BootEvidence) String() string {
 func (*BootEvidence) ProtoMessage() {}
 
 func (x *BootEvidence) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -984,7 +1204,7 @@ func (x *BootEvidence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootEvidence.ProtoReflect.Descriptor instead.
 func (*BootEvidence) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BootEvidence) GetNonce() []byte {
@@ -1046,7 +1266,7 @@ type AttestedRenew struct {
 
 func (x *AttestedRenew) Reset() {
 	*x = AttestedRenew{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1278,7 @@ func (x *AttestedRenew) String() string {
 func (*AttestedRenew) ProtoMessage() {}
 
 func (x *AttestedRenew) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1291,7 @@ func (x *AttestedRenew) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AttestedRenew.ProtoReflect.Descriptor instead.
 func (*AttestedRenew) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AttestedRenew) GetRenew() *joinv1.RenewRequest {
@@ -1101,7 +1321,7 @@ type BootCheckResult struct {
 
 func (x *BootCheckResult) Reset() {
 	*x = BootCheckResult{}
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[13]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1113,7 +1333,7 @@ func (x *BootCheckResult) String() string {
 func (*BootCheckResult) ProtoMessage() {}
 
 func (x *BootCheckResult) ProtoReflect() protoreflect.Message {
-	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[13]
+	mi := &file_nodetrust_gateway_v1_gateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1126,7 +1346,7 @@ func (x *BootCheckResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BootCheckResult.ProtoReflect.Descriptor instead.
 func (*BootCheckResult) Descriptor() ([]byte, []int) {
-	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BootCheckResult) GetResult() string {
@@ -1154,7 +1374,7 @@ var File_nodetrust_gateway_v1_gateway_proto protoreflect.FileDescriptor
 
 const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
-	"\"nodetrust/gateway/v1/gateway.proto\x12\x14nodetrust.gateway.v1\x1a\x1cnodetrust/join/v1/join.proto\"\xe7\x03\n" +
+	"\"nodetrust/gateway/v1/gateway.proto\x12\x14nodetrust.gateway.v1\x1a\x1cnodetrust/join/v1/join.proto\"\xbf\x04\n" +
 	"\x0eSessionRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x123\n" +
 	"\x05hello\x18\x02 \x01(\v2\x1b.nodetrust.gateway.v1.HelloH\x00R\x05hello\x127\n" +
@@ -1163,8 +1383,9 @@ const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\tprobe_ack\x18\x05 \x01(\v2\x1a.nodetrust.gateway.v1.PongH\x00R\bprobeAck\x12I\n" +
 	"\rnonce_request\x18\x06 \x01(\v2\".nodetrust.gateway.v1.NonceRequestH\x00R\fnonceRequest\x12I\n" +
 	"\rboot_evidence\x18\a \x01(\v2\".nodetrust.gateway.v1.BootEvidenceH\x00R\fbootEvidence\x12L\n" +
-	"\x0eattested_renew\x18\b \x01(\v2#.nodetrust.gateway.v1.AttestedRenewH\x00R\rattestedRenewB\x06\n" +
-	"\x04body\"\xb6\x04\n" +
+	"\x0eattested_renew\x18\b \x01(\v2#.nodetrust.gateway.v1.AttestedRenewH\x00R\rattestedRenew\x12V\n" +
+	"\x0frevocation_feed\x18\t \x01(\v2+.nodetrust.gateway.v1.RevocationFeedRequestH\x00R\x0erevocationFeedB\x06\n" +
+	"\x04body\"\x81\x05\n" +
 	"\x0fSessionResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x129\n" +
 	"\awelcome\x18\x02 \x01(\v2\x1d.nodetrust.gateway.v1.WelcomeH\x00R\awelcome\x128\n" +
@@ -1177,8 +1398,18 @@ const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\vboot_result\x18\t \x01(\v2%.nodetrust.gateway.v1.BootCheckResultH\x00R\n" +
 	"bootResult\x124\n" +
 	"\x03end\x18\n" +
-	" \x01(\v2 .nodetrust.gateway.v1.SessionEndH\x00R\x03endB\x06\n" +
-	"\x04body\":\n" +
+	" \x01(\v2 .nodetrust.gateway.v1.SessionEndH\x00R\x03end\x12I\n" +
+	"\rrevoked_certs\x18\v \x01(\v2\".nodetrust.gateway.v1.RevokedCertsH\x00R\frevokedCertsB\x06\n" +
+	"\x04body\"\x17\n" +
+	"\x15RevocationFeedRequest\"\x80\x01\n" +
+	"\fRevokedCerts\x127\n" +
+	"\x05certs\x18\x01 \x03(\v2!.nodetrust.gateway.v1.RevokedCertR\x05certs\x12\x19\n" +
+	"\bcatch_up\x18\x02 \x01(\bR\acatchUp\x12\x1c\n" +
+	"\ttruncated\x18\x03 \x01(\bR\ttruncated\"m\n" +
+	"\vRevokedCert\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
+	"\x06serial\x18\x02 \x01(\tR\x06serial\x12-\n" +
+	"\x13not_after_unix_nano\x18\x03 \x01(\x03R\x10notAfterUnixNano\":\n" +
 	"\n" +
 	"SessionEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
@@ -1245,56 +1476,62 @@ func file_nodetrust_gateway_v1_gateway_proto_rawDescGZIP() []byte {
 }
 
 var file_nodetrust_gateway_v1_gateway_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_nodetrust_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_nodetrust_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_nodetrust_gateway_v1_gateway_proto_goTypes = []any{
-	(NoncePurpose)(0),            // 0: nodetrust.gateway.v1.NoncePurpose
-	(*SessionRequest)(nil),       // 1: nodetrust.gateway.v1.SessionRequest
-	(*SessionResponse)(nil),      // 2: nodetrust.gateway.v1.SessionResponse
-	(*SessionEnd)(nil),           // 3: nodetrust.gateway.v1.SessionEnd
-	(*Hello)(nil),                // 4: nodetrust.gateway.v1.Hello
-	(*Welcome)(nil),              // 5: nodetrust.gateway.v1.Welcome
-	(*Ping)(nil),                 // 6: nodetrust.gateway.v1.Ping
-	(*Pong)(nil),                 // 7: nodetrust.gateway.v1.Pong
-	(*RevocationNotice)(nil),     // 8: nodetrust.gateway.v1.RevocationNotice
-	(*Error)(nil),                // 9: nodetrust.gateway.v1.Error
-	(*NonceRequest)(nil),         // 10: nodetrust.gateway.v1.NonceRequest
-	(*BootNonce)(nil),            // 11: nodetrust.gateway.v1.BootNonce
-	(*BootEvidence)(nil),         // 12: nodetrust.gateway.v1.BootEvidence
-	(*AttestedRenew)(nil),        // 13: nodetrust.gateway.v1.AttestedRenew
-	(*BootCheckResult)(nil),      // 14: nodetrust.gateway.v1.BootCheckResult
-	nil,                          // 15: nodetrust.gateway.v1.BootEvidence.PcrsEntry
-	(*joinv1.RenewRequest)(nil),  // 16: nodetrust.join.v1.RenewRequest
-	(*joinv1.RenewResponse)(nil), // 17: nodetrust.join.v1.RenewResponse
+	(NoncePurpose)(0),             // 0: nodetrust.gateway.v1.NoncePurpose
+	(*SessionRequest)(nil),        // 1: nodetrust.gateway.v1.SessionRequest
+	(*SessionResponse)(nil),       // 2: nodetrust.gateway.v1.SessionResponse
+	(*RevocationFeedRequest)(nil), // 3: nodetrust.gateway.v1.RevocationFeedRequest
+	(*RevokedCerts)(nil),          // 4: nodetrust.gateway.v1.RevokedCerts
+	(*RevokedCert)(nil),           // 5: nodetrust.gateway.v1.RevokedCert
+	(*SessionEnd)(nil),            // 6: nodetrust.gateway.v1.SessionEnd
+	(*Hello)(nil),                 // 7: nodetrust.gateway.v1.Hello
+	(*Welcome)(nil),               // 8: nodetrust.gateway.v1.Welcome
+	(*Ping)(nil),                  // 9: nodetrust.gateway.v1.Ping
+	(*Pong)(nil),                  // 10: nodetrust.gateway.v1.Pong
+	(*RevocationNotice)(nil),      // 11: nodetrust.gateway.v1.RevocationNotice
+	(*Error)(nil),                 // 12: nodetrust.gateway.v1.Error
+	(*NonceRequest)(nil),          // 13: nodetrust.gateway.v1.NonceRequest
+	(*BootNonce)(nil),             // 14: nodetrust.gateway.v1.BootNonce
+	(*BootEvidence)(nil),          // 15: nodetrust.gateway.v1.BootEvidence
+	(*AttestedRenew)(nil),         // 16: nodetrust.gateway.v1.AttestedRenew
+	(*BootCheckResult)(nil),       // 17: nodetrust.gateway.v1.BootCheckResult
+	nil,                           // 18: nodetrust.gateway.v1.BootEvidence.PcrsEntry
+	(*joinv1.RenewRequest)(nil),   // 19: nodetrust.join.v1.RenewRequest
+	(*joinv1.RenewResponse)(nil),  // 20: nodetrust.join.v1.RenewResponse
 }
 var file_nodetrust_gateway_v1_gateway_proto_depIdxs = []int32{
-	4,  // 0: nodetrust.gateway.v1.SessionRequest.hello:type_name -> nodetrust.gateway.v1.Hello
-	16, // 1: nodetrust.gateway.v1.SessionRequest.renew:type_name -> nodetrust.join.v1.RenewRequest
-	6,  // 2: nodetrust.gateway.v1.SessionRequest.ping:type_name -> nodetrust.gateway.v1.Ping
-	7,  // 3: nodetrust.gateway.v1.SessionRequest.probe_ack:type_name -> nodetrust.gateway.v1.Pong
-	10, // 4: nodetrust.gateway.v1.SessionRequest.nonce_request:type_name -> nodetrust.gateway.v1.NonceRequest
-	12, // 5: nodetrust.gateway.v1.SessionRequest.boot_evidence:type_name -> nodetrust.gateway.v1.BootEvidence
-	13, // 6: nodetrust.gateway.v1.SessionRequest.attested_renew:type_name -> nodetrust.gateway.v1.AttestedRenew
-	5,  // 7: nodetrust.gateway.v1.SessionResponse.welcome:type_name -> nodetrust.gateway.v1.Welcome
-	17, // 8: nodetrust.gateway.v1.SessionResponse.renew:type_name -> nodetrust.join.v1.RenewResponse
-	7,  // 9: nodetrust.gateway.v1.SessionResponse.pong:type_name -> nodetrust.gateway.v1.Pong
-	8,  // 10: nodetrust.gateway.v1.SessionResponse.revoked:type_name -> nodetrust.gateway.v1.RevocationNotice
-	9,  // 11: nodetrust.gateway.v1.SessionResponse.error:type_name -> nodetrust.gateway.v1.Error
-	6,  // 12: nodetrust.gateway.v1.SessionResponse.probe:type_name -> nodetrust.gateway.v1.Ping
-	11, // 13: nodetrust.gateway.v1.SessionResponse.nonce:type_name -> nodetrust.gateway.v1.BootNonce
-	14, // 14: nodetrust.gateway.v1.SessionResponse.boot_result:type_name -> nodetrust.gateway.v1.BootCheckResult
-	3,  // 15: nodetrust.gateway.v1.SessionResponse.end:type_name -> nodetrust.gateway.v1.SessionEnd
-	0,  // 16: nodetrust.gateway.v1.NonceRequest.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
-	0,  // 17: nodetrust.gateway.v1.BootNonce.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
-	15, // 18: nodetrust.gateway.v1.BootEvidence.pcrs:type_name -> nodetrust.gateway.v1.BootEvidence.PcrsEntry
-	16, // 19: nodetrust.gateway.v1.AttestedRenew.renew:type_name -> nodetrust.join.v1.RenewRequest
-	12, // 20: nodetrust.gateway.v1.AttestedRenew.evidence:type_name -> nodetrust.gateway.v1.BootEvidence
-	1,  // 21: nodetrust.gateway.v1.Gateway.Session:input_type -> nodetrust.gateway.v1.SessionRequest
-	2,  // 22: nodetrust.gateway.v1.Gateway.Session:output_type -> nodetrust.gateway.v1.SessionResponse
-	22, // [22:23] is the sub-list for method output_type
-	21, // [21:22] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	7,  // 0: nodetrust.gateway.v1.SessionRequest.hello:type_name -> nodetrust.gateway.v1.Hello
+	19, // 1: nodetrust.gateway.v1.SessionRequest.renew:type_name -> nodetrust.join.v1.RenewRequest
+	9,  // 2: nodetrust.gateway.v1.SessionRequest.ping:type_name -> nodetrust.gateway.v1.Ping
+	10, // 3: nodetrust.gateway.v1.SessionRequest.probe_ack:type_name -> nodetrust.gateway.v1.Pong
+	13, // 4: nodetrust.gateway.v1.SessionRequest.nonce_request:type_name -> nodetrust.gateway.v1.NonceRequest
+	15, // 5: nodetrust.gateway.v1.SessionRequest.boot_evidence:type_name -> nodetrust.gateway.v1.BootEvidence
+	16, // 6: nodetrust.gateway.v1.SessionRequest.attested_renew:type_name -> nodetrust.gateway.v1.AttestedRenew
+	3,  // 7: nodetrust.gateway.v1.SessionRequest.revocation_feed:type_name -> nodetrust.gateway.v1.RevocationFeedRequest
+	8,  // 8: nodetrust.gateway.v1.SessionResponse.welcome:type_name -> nodetrust.gateway.v1.Welcome
+	20, // 9: nodetrust.gateway.v1.SessionResponse.renew:type_name -> nodetrust.join.v1.RenewResponse
+	10, // 10: nodetrust.gateway.v1.SessionResponse.pong:type_name -> nodetrust.gateway.v1.Pong
+	11, // 11: nodetrust.gateway.v1.SessionResponse.revoked:type_name -> nodetrust.gateway.v1.RevocationNotice
+	12, // 12: nodetrust.gateway.v1.SessionResponse.error:type_name -> nodetrust.gateway.v1.Error
+	9,  // 13: nodetrust.gateway.v1.SessionResponse.probe:type_name -> nodetrust.gateway.v1.Ping
+	14, // 14: nodetrust.gateway.v1.SessionResponse.nonce:type_name -> nodetrust.gateway.v1.BootNonce
+	17, // 15: nodetrust.gateway.v1.SessionResponse.boot_result:type_name -> nodetrust.gateway.v1.BootCheckResult
+	6,  // 16: nodetrust.gateway.v1.SessionResponse.end:type_name -> nodetrust.gateway.v1.SessionEnd
+	4,  // 17: nodetrust.gateway.v1.SessionResponse.revoked_certs:type_name -> nodetrust.gateway.v1.RevokedCerts
+	5,  // 18: nodetrust.gateway.v1.RevokedCerts.certs:type_name -> nodetrust.gateway.v1.RevokedCert
+	0,  // 19: nodetrust.gateway.v1.NonceRequest.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
+	0,  // 20: nodetrust.gateway.v1.BootNonce.purpose:type_name -> nodetrust.gateway.v1.NoncePurpose
+	18, // 21: nodetrust.gateway.v1.BootEvidence.pcrs:type_name -> nodetrust.gateway.v1.BootEvidence.PcrsEntry
+	19, // 22: nodetrust.gateway.v1.AttestedRenew.renew:type_name -> nodetrust.join.v1.RenewRequest
+	15, // 23: nodetrust.gateway.v1.AttestedRenew.evidence:type_name -> nodetrust.gateway.v1.BootEvidence
+	1,  // 24: nodetrust.gateway.v1.Gateway.Session:input_type -> nodetrust.gateway.v1.SessionRequest
+	2,  // 25: nodetrust.gateway.v1.Gateway.Session:output_type -> nodetrust.gateway.v1.SessionResponse
+	25, // [25:26] is the sub-list for method output_type
+	24, // [24:25] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_nodetrust_gateway_v1_gateway_proto_init() }
@@ -1310,6 +1547,7 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 		(*SessionRequest_NonceRequest)(nil),
 		(*SessionRequest_BootEvidence)(nil),
 		(*SessionRequest_AttestedRenew)(nil),
+		(*SessionRequest_RevocationFeed)(nil),
 	}
 	file_nodetrust_gateway_v1_gateway_proto_msgTypes[1].OneofWrappers = []any{
 		(*SessionResponse_Welcome)(nil),
@@ -1321,6 +1559,7 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 		(*SessionResponse_Nonce)(nil),
 		(*SessionResponse_BootResult)(nil),
 		(*SessionResponse_End)(nil),
+		(*SessionResponse_RevokedCerts)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1328,7 +1567,7 @@ func file_nodetrust_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nodetrust_gateway_v1_gateway_proto_rawDesc), len(file_nodetrust_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -106,6 +106,9 @@ func RunNode(ctx context.Context, o NodeOptions) error {
 		// A TPM over TCP (swtpm) measured no boot of this host: send the
 		// host's log only when one is configured.
 		NoEventLog: cfg.BootCheck.EventLog == "" && strings.HasPrefix(cfg.TPM, "tcp://"),
+		// The daemon refuses the calls of other machines made with a
+		// revoked certificate, cached proof or not.
+		PeerRevoked: d.PeerCertRevoked,
 	}
 	if o.CrashAfter != "" {
 		nc.AfterStore = func(step string) {

@@ -169,6 +169,12 @@ func TestThreeReplicasOnPostgreSQL(t *testing.T) {
 		if !strings.Contains(c.log.String(), `msg="session ended by a revocation from another replica" node_id=`+nodes[2]) {
 			t.Errorf("replica c's log does not say the revocation came from another replica:\n%s", c.log)
 		}
+		// The other nodes' daemons subscribed to the revocation feed: the
+		// one on replica b hears of it through the store, the one on
+		// replica a (where it was made) too.
+		peerRevokedRE := regexp.MustCompile(`msg="revoked certificates of other nodes" .*certificates=1 catch_up=false`)
+		agents[0].waitFor(t, peerRevokedRE, 30*time.Second)
+		agents[1].waitFor(t, peerRevokedRE, 30*time.Second)
 	})
 
 	t.Run("a token raced through two replicas is redeemed once", func(t *testing.T) {

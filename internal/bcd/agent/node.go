@@ -111,6 +111,13 @@ type NodeConfig struct {
 	// session, or gRPC at a control plane that does not offer it) or
 	// TransportGRPC (the gRPC Session always).
 	SessionTransport string
+
+	// PeerRevoked, when set, subscribes the session to the control plane's
+	// revocation feed and is told each revoked certificate of another node
+	// (its node id, serial in lower-case hex, and expiry, zero when
+	// unknown), so the local daemon refuses machine proofs made with it
+	// (see revfeed.go).
+	PeerRevoked func(nodeID, serial string, notAfter time.Time)
 }
 
 func (c *NodeConfig) defaults() {
@@ -323,6 +330,12 @@ func (n *node) session(ctx context.Context, sessions *sessionDialer) error {
 			closeKey(inflight.key)
 		}
 	}()
+	if req := n.revocationFeedRequest(nextID + 1); req != nil {
+		nextID++
+		if err := stream.Send(req); err != nil {
+			return err
+		}
+	}
 	timer := time.NewTimer(n.untilRenew())
 	defer timer.Stop()
 	checks := time.NewTimer(jittered(n.c.BootCheckInterval))
@@ -422,6 +435,8 @@ func (n *node) session(ctx context.Context, sessions *sessionDialer) error {
 				}
 			case *gatewayv1.SessionResponse_BootResult:
 				n.bootResult(ctx, b.BootResult)
+			case *gatewayv1.SessionResponse_RevokedCerts:
+				n.peersRevoked(ctx, b.RevokedCerts)
 			case *gatewayv1.SessionResponse_Probe:
 				if err := stream.Send(&gatewayv1.SessionRequest{Id: m.Id, Body: &gatewayv1.SessionRequest_ProbeAck{ProbeAck: &gatewayv1.Pong{}}}); err != nil {
 					return err

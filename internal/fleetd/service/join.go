@@ -449,6 +449,7 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 		// The reclaimed identity's certificates are revoked: its live
 		// session here ends as a revocation's does (other replicas hear
 		// it from the store's revocation feed).
+		s.publishRevocation(ctx, in.nodeID, false)
 		notice := &gatewayv1.RevocationNotice{Reason: "reclaimed", IdentityGeneration: in.gen}
 		if s.sessions.notifyOlder(in.nodeID, in.gen, notice) {
 			s.log.InfoContext(ctx, "session of the reclaimed identity ended", logkey.NodeID, in.nodeID, logkey.Generation, in.gen)

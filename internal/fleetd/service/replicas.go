@@ -24,6 +24,7 @@ func (s *Server) watchRevocations(ctx context.Context) {
 		reg.HandleSessionMessages(func(m store.SessionMessage) { s.onSessionMessage(ctx, reg, m) })
 	}
 	_ = feed.WatchRevocations(ctx, func(r store.Revocation) {
+		s.publishRevocation(ctx, r.NodeID, true)
 		notice := &gatewayv1.RevocationNotice{Reason: r.Reason, IdentityGeneration: r.Generation}
 		if s.sessions.notifyOlder(r.NodeID, r.Generation, notice) {
 			s.log.InfoContext(ctx, "session ended by a revocation from another replica", logkey.NodeID, r.NodeID, logkey.Generation, r.Generation, logkey.Reason, r.Reason)

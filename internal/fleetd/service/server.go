@@ -131,12 +131,14 @@ type Config struct {
 
 // Server holds the control plane's services.
 type Server struct {
-	cfg       Config
-	metrics   *metrics
-	boot      *bootMetrics
-	sessions  *sessions
-	gateway   *gateway
-	framed    framedConns
+	cfg      Config
+	metrics  *metrics
+	boot     *bootMetrics
+	sessions *sessions
+	gateway  *gateway
+	framed   framedConns
+	// revfeed holds the sessions subscribed to the revocation feed.
+	revfeed   *revFeed
 	log       *slog.Logger
 	wellKnown []byte
 	clientCAs *x509.CertPool
@@ -257,9 +259,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Authority.AdminCA != nil {
 		pool.AddCert(cfg.Authority.AdminCA)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(),
+	s := &Server{cfg: cfg, log: cfg.Logger, wellKnown: doc, clientCAs: pool, sessions: newSessions(), revfeed: newRevFeed(),
 		logThrottle: logThrottle, auditThrottle: auditThrottle, methods: map[string]struct{}{},
 		replica: randomHex(8), probes: map[string]chan string{}, started: cfg.Now()}
+	s.revfeed.drain = s.drainRevocations
 	s.gateway = &gateway{s: s}
 	for _, sd := range []grpc.ServiceDesc{joinv1.JoinService_ServiceDesc, adminv1.Admin_ServiceDesc, gatewayv1.Gateway_ServiceDesc} {
 		for _, m := range sd.Methods {
@@ -277,6 +280,7 @@ func New(cfg Config) (*Server, error) {
 	s.lifecycle = &lifecycle.Manager{Store: cfg.Store, Source: cfg.Inventory, TrustDomain: cfg.Authority.TrustDomain, Hooks: cfg.RetireHooks, ReleaseHooks: cfg.ReleaseHooks, Now: cfg.Now,
 		Revoked: func(nodeID, reason string, gen uint64) bool {
 			s.metrics.revocation("retire")
+			s.publishRevocation(context.Background(), nodeID, false)
 			return s.sessions.notify(nodeID, &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen})
 		}}
 	return s, nil

@@ -402,6 +402,7 @@ func (g *gateway) close(sess *session) {
 	g.s.unanswered(ctx, sess.nodeID, ignoredSessionEnded, sess.book.close())
 	g.s.releaseAcrossReplicas(ctx, sess)
 	g.s.sessions.remove(sess)
+	g.s.revfeed.unsubscribe(sess)
 	close(sess.done)
 }
 
@@ -411,6 +412,9 @@ func (g *gateway) onRequest(sess *session, m *gatewayv1.SessionRequest) error {
 	if m.GetProbeAck() != nil {
 		sess.probeAnswered(m.Id)
 		return nil
+	}
+	if m.GetRevocationFeed() != nil {
+		return sess.send(g.s.subscribeRevocations(sess.ctx, sess, m.Id))
 	}
 	return sess.send(g.handle(sess.ctx, sess.caller, sess.book, m))
 }
@@ -530,6 +534,7 @@ func (s *Server) revokeNode(ctx context.Context, nodeID, reason string, del bool
 		return 0, nil, false, err
 	}
 	notified = s.sessions.notify(nodeID, &gatewayv1.RevocationNotice{Reason: reason, IdentityGeneration: gen})
+	s.publishRevocation(ctx, nodeID, false)
 	cause := "revoke"
 	switch {
 	case del:

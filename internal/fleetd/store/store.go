@@ -231,6 +231,13 @@ type Store interface {
 	// every generation, revoked or not, newest first (by issue time, then
 	// serial); none for an unknown node. A limit below 1 is refused.
 	ListCerts(ctx context.Context, nodeID string, limit int) ([]Cert, error)
+	// RevokedCerts returns the revoked certificates that have not expired
+	// at now (NotAfter after now), latest revocation first (then by
+	// serial), at most limit (a limit below 1 is refused). It is the
+	// catch-up of the revocation feed to node daemons: a certificate that
+	// expired needs no revocation, so the list spans one certificate
+	// lifetime.
+	RevokedCerts(ctx context.Context, now time.Time, limit int) ([]Cert, error)
 	// RenewalTimes returns the IssuedAt times of the node's certificates of
 	// kind "renew" issued at or after since, oldest first.
 	RenewalTimes(ctx context.Context, nodeID string, since time.Time) ([]time.Time, error)

@@ -335,6 +335,10 @@ ALTER TABLE verdicts ADD COLUMN matched text NOT NULL DEFAULT '';
 	`
 ALTER TABLE nodes ADD COLUMN lak_name bytea;
 `,
+	// 17: the revoked certificates by expiry, as SQLite's migration 15.
+	`
+CREATE INDEX certs_revoked_not_after ON certs (not_after) WHERE revoked_at IS NOT NULL;
+`,
 }
 
 // migrationLock is the advisory lock key replicas take while they migrate

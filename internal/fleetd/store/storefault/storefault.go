@@ -221,6 +221,14 @@ func (f *Store) ListCerts(ctx context.Context, nodeID string, limit int) ([]stor
 	return f.Store.ListCerts(ctx, nodeID, limit)
 }
 
+// RevokedCerts implements store.Store.
+func (f *Store) RevokedCerts(ctx context.Context, now time.Time, limit int) ([]store.Cert, error) {
+	if err := f.enter(ctx, "RevokedCerts"); err != nil {
+		return nil, err
+	}
+	return f.Store.RevokedCerts(ctx, now, limit)
+}
+
 // RecordRenewalLimited implements store.Store.
 func (f *Store) RecordRenewalLimited(ctx context.Context, c store.Cert, limit store.RenewalLimit, audit *store.AuditEvent) error {
 	if err := f.enter(ctx, "RecordRenewalLimited"); err != nil {

@@ -39,7 +39,7 @@ type testCase struct {
 }
 
 // cases are the suite, in the order Run runs them.
-var cases = slices.Concat(tokenCases, joinCases, pendingCases, nodeCases, certCases, revokeCases, generationCases, challengeCases, intakeCases, auditCases, concurrencyCases, adminCases, inventoryCases, lifecycleCases, claimCases, ekCases, renewalLimitCases, verdictCases, evidenceCases, exportCases, releaseCases)
+var cases = slices.Concat(tokenCases, joinCases, pendingCases, nodeCases, certCases, revokeCases, generationCases, challengeCases, intakeCases, auditCases, concurrencyCases, adminCases, inventoryCases, lifecycleCases, claimCases, ekCases, renewalLimitCases, verdictCases, evidenceCases, exportCases, releaseCases, revokedCertCases)
 
 // t0 is the suite's clock origin. The zone is not UTC on purpose: a store
 // must give back the same instant whatever zone it was written in.

@@ -1,0 +1,40 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/nodetrust/nodetrust/internal/fleetd/store"
+)
+
+// RevokedCerts returns the revoked certificates not expired at now, latest
+// revocation first; it reads the certs_revoked_not_after index.
+func (d *DB) RevokedCerts(ctx context.Context, now time.Time, limit int) ([]store.Cert, error) {
+	if limit < 1 {
+		return nil, fmt.Errorf("list revoked certificates: limit %d is not positive", limit)
+	}
+	rows, err := d.pool.Query(ctx, `SELECT `+certColumns+` FROM certs
+		WHERE revoked_at IS NOT NULL AND not_after > $1
+		ORDER BY revoked_at DESC, serial LIMIT $2`, ts(now), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list revoked certificates: %w", wrap(err))
+	}
+	certs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Cert, error) {
+		var (
+			c                         store.Cert
+			g                         int64
+			issued, notAfter, revoked *time.Time
+		)
+		err := r.Scan(&c.Serial, &c.NodeID, &g, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason)
+		c.Generation = uint64(g)
+		c.IssuedAt, c.NotAfter, c.RevokedAt = fromTS(issued), fromTS(notAfter), fromTS(revoked)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list revoked certificates: %w", wrap(err))
+	}
+	return certs, nil
+}
