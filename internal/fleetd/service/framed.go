@@ -53,10 +53,7 @@ func (c *framedCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthI
 		_ = conn.Close()
 		return nil, nil, credentials.ErrConnDispatched
 	}
-	go func() {
-		defer c.s.framed.remove(conn)
-		c.s.serveFramed(raw, conn, ti)
-	}()
+	go c.s.serveFramed(raw, conn, ti)
 	return nil, nil, credentials.ErrConnDispatched
 }
 
@@ -120,9 +117,16 @@ func (c *framedCreds) Clone() credentials.TransportCredentials {
 	return &framedCreds{TransportCredentials: c.TransportCredentials.Clone(), s: c.s}
 }
 
-// serveFramed runs one framed session on conn, the TLS connection over
-// raw, until it ends; it closes conn.
+// serveFramed opens a framed session on conn, the TLS connection over raw,
+// and hands it to holdFramed on a fresh goroutine; when it cannot open
+// one, it closes conn.
 func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
+	held := false
+	defer func() {
+		if !held {
+			s.framed.remove(conn)
+		}
+	}()
 	fs := sessionframe.NewServer(conn, framedWriteTimeout)
 	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: raw.RemoteAddr(), LocalAddr: raw.LocalAddr(), AuthInfo: ti})
 	end := func(err error) { fs.End(s.wireError(ctx, err)) }
@@ -132,7 +136,11 @@ func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
 		// never displaced for a newcomer.
 		lc.Established()
 		lc.HoldStream()
-		defer lc.ReleaseStream()
+		defer func() {
+			if !held {
+				lc.ReleaseStream()
+			}
+		}()
 		if tc, ok := lc.NetConn().(*net.TCPConn); ok {
 			_ = tc.SetKeepAliveConfig(sessionframe.Keepalive)
 		}
@@ -171,18 +179,36 @@ func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
 		end(err)
 		return
 	}
+	held = true
+	go s.holdFramed(sess, fs, conn, lc, end)
+}
+
+// holdFramed reads a framed session's requests until it ends, then cleans
+// up after it. It runs on a goroutine of its own so that its stack stays
+// as shallow as a blocked read: the handshake and the session's opening
+// (store look-ups) ran deeper on another, and each answer is made on a
+// short-lived goroutine (a renewal signs and writes to the store), so a
+// held session keeps the smallest stack Go gives (issue 20: memory per
+// held session).
+func (s *Server) holdFramed(sess *session, fs *sessionframe.Server, conn net.Conn, lc *connlimit.Conn, end func(error)) {
+	defer s.framed.remove(conn)
+	if lc != nil {
+		defer lc.ReleaseStream()
+	}
 	defer s.gateway.close(sess)
+	answered := make(chan error, 1)
 	for {
-		m, err := s.recvFramed(ctx, fs)
+		m, err := s.recvFramed(sess.ctx, fs)
 		if err == nil {
-			err = s.gateway.onRequest(sess, m)
+			go func() { answered <- s.gateway.onRequest(sess, m) }()
+			err = <-answered
 		}
 		if err != nil {
 			select {
 			case <-sess.stopped:
 				// stop's goroutine writes the last frame and closes.
 			default:
-				s.log.DebugContext(ctx, "session closed", logkey.NodeID, sess.nodeID, logkey.Error, err)
+				s.log.DebugContext(sess.ctx, "session closed", logkey.NodeID, sess.nodeID, logkey.Error, err)
 				var ce *callError
 				if errors.As(err, &ce) {
 					end(err)
