@@ -184,9 +184,12 @@ func (cp *controlPlane) writeConfig(c *Config, listen string) error {
 	cfgPath := filepath.Join(cp.dir, "fleetd.toml")
 	// Every simulated node connects from 127.0.0.1: the one source may
 	// hold a connection for each node (and each operation in flight).
+	// fleetd's own total (16,384 by default) is raised too for a run
+	// that holds more sessions.
+	conns := c.Nodes + c.Concurrency + 64
 	text := fmt.Sprintf("pki_dir = \"pki\"\ndata_dir = \"data\"\nlisten = %q\nlog_level = \"warn\"\n"+
-		"renewal_limit = %d\nrenewal_window = \"1h\"\ntoken_ttl = \"12h\"\n[limits]\nmax_connections_per_source = %d\n",
-		listen, cp.renewalLimit, c.Nodes+c.Concurrency+64)
+		"renewal_limit = %d\nrenewal_window = \"1h\"\ntoken_ttl = \"12h\"\n[limits]\nmax_connections_per_source = %d\nmax_connections = %d\n",
+		listen, cp.renewalLimit, conns, max(conns+64, 16384))
 	if cp.debug != "" {
 		text = fmt.Sprintf("debug_listen = %q\n", cp.debug) + text
 	}
