@@ -18,8 +18,9 @@ import (
 	"github.com/nodetrust/nodetrust/pki/tlspin"
 )
 
-// serveFramedTest serves s on loopback and returns its address.
-func serveFramedTest(t *testing.T, s *Server) string {
+// serveOnLoopback serves s on loopback until the test ends and returns
+// its address.
+func serveOnLoopback(t *testing.T, s *Server) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -71,7 +72,7 @@ func nodeCert(t *testing.T, n *benchNode) *tls.Certificate {
 
 func TestFramedSessionRefusals(t *testing.T) {
 	s := testServer(t, Config{RenewalLimit: 100, Limits: Limits{HandshakeTimeout: 300 * time.Millisecond}})
-	addr := serveFramedTest(t, s)
+	addr := serveOnLoopback(t, s)
 	nodes := joinNodes(t, s, 3)
 
 	t.Run("without a node certificate the session ends unauthenticated", func(t *testing.T) {

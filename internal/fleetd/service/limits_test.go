@@ -157,21 +157,9 @@ func TestRefusalLogsAreThrottledPerReasonAndSourceWithASummary(t *testing.T) {
 // serveTest serves s on loopback and returns a client connection to it.
 func serveTest(t *testing.T, s *Server) *grpc.ClientConn {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	addr := serveOnLoopback(t, s)
 	tc := tlspin.Client(s.cfg.Authority.Bundle.ServingCASPKIPin, s.cfg.Authority.ServingCert.Leaf.DNSNames[0], nil)
-	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(tc)),
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(8<<20)))
 	if err != nil {
 		t.Fatal(err)
