@@ -61,7 +61,9 @@ type sessionDialer struct {
 // upgraded behind a node's back (its restart breaks the session) is
 // spoken to in frames from the next session on, and a refusal costs one
 // handshake the server ends at its first message. When no address
-// answers at all, open fails and the caller's reconnect backoff applies.
+// answers in frames for any other reason, the gRPC session is tried too
+// (it may pass a proxy or middlebox the framed dial cannot); when that
+// fails as well, open fails and the caller's reconnect backoff applies.
 //
 // The returned end function closes the session's transport; it must be
 // called once the session is over. The transport also closes when ctx
@@ -89,8 +91,19 @@ func (d *sessionDialer) open(ctx context.Context) (stream sessionStream, transpo
 			}
 			errs = append(errs, err)
 		}
-		if !refused {
-			return nil, "", nil, fmt.Errorf("open the framed session: %w", errors.Join(errs...))
+		if !refused && len(errs) > 0 {
+			// No address answered in frames. gRPC may still get
+			// through where the framed dial cannot (grpc-go honours
+			// HTTPS_PROXY; a middlebox may pass only h2): try it
+			// rather than let the certificate run out. When it fails
+			// too, both reasons are returned.
+			sctx, cancel := context.WithCancel(ctx)
+			s, err := d.gw.Session(sctx)
+			if err != nil {
+				cancel()
+				return nil, "", nil, fmt.Errorf("open the framed session: %w; and the gRPC session: %w", errors.Join(errs...), err)
+			}
+			return s, TransportGRPC, cancel, nil
 		}
 	}
 	sctx, cancel := context.WithCancel(ctx)

@@ -64,6 +64,20 @@ type framedConns struct {
 	conns  map[net.Conn]struct{}
 	closed bool
 	wg     sync.WaitGroup
+	// ctx is every framed session's base context, cancelled once a
+	// stopping server's grace has passed.
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// context returns the framed sessions' base context.
+func (f *framedConns) context() context.Context {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ctx == nil {
+		f.ctx, f.cancel = context.WithCancel(context.Background())
+	}
+	return f.ctx
 }
 
 // add records c; false once the server stops.
@@ -106,10 +120,17 @@ func (f *framedConns) shutdown(grace time.Duration) {
 	case <-t.C:
 	}
 	f.mu.Lock()
+	conns := make([]net.Conn, 0, len(f.conns))
 	for c := range f.conns {
-		_ = c.Close()
+		conns = append(conns, c)
+	}
+	if f.cancel != nil {
+		f.cancel()
 	}
 	f.mu.Unlock()
+	for _, c := range conns {
+		_ = c.Close()
+	}
 	<-ended
 }
 
@@ -128,7 +149,26 @@ func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
 		}
 	}()
 	fs := sessionframe.NewServer(conn, framedWriteTimeout)
-	ctx := peer.NewContext(context.Background(), &peer.Peer{Addr: raw.RemoteAddr(), LocalAddr: raw.LocalAddr(), AuthInfo: ti})
+	// The session's context ends with its connection, or when a stopping
+	// server gives up waiting (framedConns.shutdown): a store call of a
+	// session never outlives either.
+	base, cancel := context.WithCancel(s.framed.context())
+	defer func() {
+		if !held {
+			cancel()
+		}
+	}()
+	ctx := peer.NewContext(base, &peer.Peer{Addr: raw.RemoteAddr(), LocalAddr: raw.LocalAddr(), AuthInfo: ti})
+	// A write that failed (its deadline passed: Go's TLS then refuses
+	// every later write) ends the session: one that can no longer be
+	// written to must not stay registered and miss its revocation.
+	send := func(m *gatewayv1.SessionResponse) error {
+		err := fs.Send(m)
+		if err != nil {
+			_ = conn.Close()
+		}
+		return err
+	}
 	end := func(err error) { fs.End(s.wireError(ctx, err)) }
 	lc, _ := raw.(*connlimit.Conn)
 	if lc != nil {
@@ -165,7 +205,7 @@ func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
 		end(err)
 		return
 	}
-	sess, err := s.gateway.open(ctx, caller, first, fs.Send, func(sess *session) {
+	sess, err := s.gateway.open(ctx, caller, first, send, func(sess *session) {
 		// stop must not block: the last frame is written on its own.
 		go func() {
 			final, err := sess.ending()
@@ -180,7 +220,7 @@ func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
 		return
 	}
 	held = true
-	go s.holdFramed(sess, fs, conn, lc, end)
+	go s.holdFramed(sess, fs, conn, lc, end, cancel)
 }
 
 // holdFramed reads a framed session's requests until it ends, then cleans
@@ -190,8 +230,9 @@ func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
 // short-lived goroutine (a renewal signs and writes to the store), so a
 // held session keeps the smallest stack Go gives (issue 20: memory per
 // held session).
-func (s *Server) holdFramed(sess *session, fs *sessionframe.Server, conn net.Conn, lc *connlimit.Conn, end func(error)) {
+func (s *Server) holdFramed(sess *session, fs *sessionframe.Server, conn net.Conn, lc *connlimit.Conn, end func(error), cancel context.CancelFunc) {
 	defer s.framed.remove(conn)
+	defer cancel()
 	if lc != nil {
 		defer lc.ReleaseStream()
 	}

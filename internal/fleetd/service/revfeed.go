@@ -120,8 +120,11 @@ func (s *Server) drainRevocations(sub *revSub) {
 			return
 		}
 		if err := sub.sess.send(resp); err != nil {
+			// What was taken is not lost: a session whose transport
+			// failed ends (its transport closes on a failed write);
+			// until then the subscriber owes a catch-up.
 			sub.mu.Lock()
-			sub.draining = false
+			sub.draining, sub.behind = false, true
 			sub.mu.Unlock()
 			return
 		}

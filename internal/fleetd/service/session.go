@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -183,6 +184,9 @@ func (s *session) check(call *checkCall) bool {
 		return false
 	}
 	bn, dropped, err := s.s.giveNonce(s.book, gatewayv1.NoncePurpose_NONCE_PURPOSE_BOOT_CHECK, call.result)
+	if errors.Is(err, errSessionEnded) {
+		return false
+	}
 	if err != nil {
 		call.result <- checkOutcome{err: err}
 		return true
@@ -337,6 +341,9 @@ func (r *sessions) count() int {
 	return len(r.byNode)
 }
 
+// errSessionEnded is what a write to a session that already ended returns.
+var errSessionEnded = errors.New("the session has ended")
+
 type gateway struct {
 	gatewayv1.UnimplementedGatewayServer
 	s *Server
@@ -433,20 +440,34 @@ func (g *gateway) Session(stream gatewayv1.Gateway_SessionServer) error {
 	if err != nil {
 		return err
 	}
-	// A gRPC stream takes one Send at a time.
+	// A gRPC stream takes one Send at a time, and none once its handler
+	// returned.
 	var sendMu sync.Mutex
+	returned := false
 	send := func(m *gatewayv1.SessionResponse) error {
 		sendMu.Lock()
 		defer sendMu.Unlock()
+		if returned {
+			return errSessionEnded
+		}
 		return stream.Send(m)
 	}
+	defer func() {
+		sendMu.Lock()
+		returned = true
+		sendMu.Unlock()
+	}()
 	sess, err := g.open(ctx, caller, first, send, nil)
 	if err != nil {
 		return err
 	}
-	defer g.close(sess)
 	recvErr := make(chan error, 1)
 	go func() {
+		// The reader answers the requests, so it cleans up after the
+		// last: nothing (a feed subscription, a nonce) is registered
+		// for the session after its close. Its Recv ends when the
+		// handler returns.
+		defer g.close(sess)
 		for {
 			m, err := stream.Recv()
 			if err == nil {

@@ -66,6 +66,9 @@ func (b *nonceBook) issue(purpose gatewayv1.NoncePurpose, notAfter time.Time, wa
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.closed {
+		return nil, nil, errSessionEnded
+	}
 	for i, o := range b.open {
 		if o.purpose == purpose {
 			dropped = o
