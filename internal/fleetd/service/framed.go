@@ -17,9 +17,10 @@ import (
 	"github.com/nodetrust/nodetrust/internal/logkey"
 )
 
-// framedWriteTimeout bounds one write to a framed session: a node that
-// stops reading cannot hold a revocation, a probe or a check longer.
-const framedWriteTimeout = 10 * time.Second
+// framedWriteTimeout bounds one write to a framed session (a variable for
+// the tests): a node that stops reading cannot hold a revocation, a probe
+// or a check longer.
+var framedWriteTimeout = 10 * time.Second
 
 // framedCredentials wraps the gRPC server's TLS credentials: a connection
 // whose handshake chose the framed session's protocol (ALPN

@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/binary"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -132,4 +134,37 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+func TestFramedSessionThatCannotBeWrittenToEnds(t *testing.T) {
+	framedWriteTimeout = 200 * time.Millisecond
+	t.Cleanup(func() { framedWriteTimeout = 10 * time.Second })
+	s := testServer(t, Config{RenewalLimit: 100})
+	addr := serveOnLoopback(t, s)
+	n := joinNodes(t, s, 1)[0]
+	c, _ := framedClient(t, s, addr, nodeCert(t, n))
+	if err := c.Send(&gatewayv1.SessionRequest{Id: 1, Body: &gatewayv1.SessionRequest_Hello{Hello: &gatewayv1.Hello{InstanceId: "stalled"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := c.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("welcome: %v %v", m, err)
+	}
+	// The node reads nothing more; the server writes until the socket
+	// buffers are full and a write passes its deadline.
+	sess := s.sessions.get(n.caller.node.ID)
+	if sess == nil {
+		t.Fatal("no session registered")
+	}
+	big := &gatewayv1.RevokedCerts{}
+	for i := range 4000 {
+		big.Certs = append(big.Certs, &gatewayv1.RevokedCert{NodeId: strings.Repeat("n", 64), Serial: fmt.Sprintf("%064x", i)})
+	}
+	var err error
+	for i := 0; i < 200 && err == nil; i++ {
+		err = sess.send(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_RevokedCerts{RevokedCerts: big}})
+	}
+	if err == nil {
+		t.Fatal("every write succeeded to a node that reads nothing")
+	}
+	waitFor(t, "the session that cannot be written to to end", func() bool { return s.sessions.count() == 0 })
 }
