@@ -90,7 +90,7 @@ func (cp *controlPlane) kill(t *testing.T) {
 
 // holder returns the first replica whose log says it opened node's session.
 func (f *fleet) holder(node string) int {
-	re := regexp.MustCompile(`msg="session opened" node_id=` + regexp.QuoteMeta(node) + `\b`)
+	re := regexp.MustCompile(`msg="session opened" node_id=` + regexp.QuoteMeta(node) + `(\s|$)`)
 	for i, cp := range f.replicas {
 		if re.MatchString(cp.log.String()) {
 			return i
@@ -101,7 +101,7 @@ func (f *fleet) holder(node string) int {
 
 // joinedOn returns the replica whose log says node joined there.
 func (f *fleet) joinedOn(node string) int {
-	re := regexp.MustCompile(`msg="node joined" node_id=` + regexp.QuoteMeta(node) + `\b`)
+	re := regexp.MustCompile(`msg="node joined" node_id=` + regexp.QuoteMeta(node) + `(\s|$)`)
 	for i, cp := range f.replicas {
 		if re.MatchString(cp.log.String()) {
 			return i

@@ -198,7 +198,7 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 	}
 	defer conn.Close()
 	tc, _ := clientTLS(c.ServerName, c.Pins.ServingCA, n.clientCert)
-	sessions := &sessionDialer{gw: gatewayv1.NewGatewayClient(conn), endpoints: endpoints, tls: tc, grpcOnly: c.SessionTransport == TransportGRPC}
+	sessions := &sessionDialer{gw: gatewayv1.NewGatewayClient(conn), endpoints: endpoints, configured: len(c.Servers), tls: tc, grpcOnly: c.SessionTransport == TransportGRPC}
 	n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
 
 	reconnect := time.Second

@@ -44,6 +44,9 @@ const framedWriteTimeout = 30 * time.Second
 type sessionDialer struct {
 	gw        gatewayv1.GatewayClient
 	endpoints *Endpoints
+	// configured is how many of endpoints' addresses the configuration
+	// named (the first ones); the others were learned.
+	configured int
 	// tls is the gRPC connection's TLS configuration (the pin check and
 	// the current client certificate); the framed dial replaces its
 	// application protocols.
@@ -52,9 +55,10 @@ type sessionDialer struct {
 }
 
 // open opens a session. The framed session is tried first at each
-// control-plane address in random order (so nodes spread over replicas,
-// as the gRPC connection's pick_first does); the first that answers
-// carries it. When an address refuses the protocol (a fleetd older than
+// control-plane address, the configured ones before the learned ones,
+// each group in random order (so nodes spread over the replicas they were
+// given, as the gRPC connection's shuffled pick_first does); the first
+// that answers carries it. When an address refuses the protocol (a fleetd older than
 // the framed session) and none accepts it, the session goes over gRPC
 // instead, on the gRPC connection's own choice of address. That is
 // decided afresh at each reconnect, never remembered: a control plane
@@ -71,7 +75,12 @@ type sessionDialer struct {
 func (d *sessionDialer) open(ctx context.Context) (stream sessionStream, transport string, end func(), err error) {
 	if !d.grpcOnly {
 		addrs := d.endpoints.List()
-		rand.Shuffle(len(addrs), func(i, j int) { addrs[i], addrs[j] = addrs[j], addrs[i] })
+		// The configured addresses first, then those learned from
+		// the well-known document; each group in random order.
+		first := min(d.configured, len(addrs))
+		for _, g := range [][]string{addrs[:first], addrs[first:]} {
+			rand.Shuffle(len(g), func(i, j int) { g[i], g[j] = g[j], g[i] })
+		}
 		var errs []error
 		refused := false
 		for _, a := range addrs {
