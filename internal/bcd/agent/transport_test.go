@@ -34,6 +34,9 @@ func (cp *controlPlane) olderFleetd(t *testing.T) (string, *atomic.Bool) {
 		t.Fatal(err)
 	}
 	upgraded := &atomic.Bool{}
+	// The real server keeps its address across restarts; read it once
+	// (restart writes cp.addr again while connections are passed on).
+	backend := cp.addr
 	var wg sync.WaitGroup
 	t.Cleanup(func() { ln.Close(); wg.Wait() })
 	wg.Add(1)
@@ -47,7 +50,7 @@ func (cp *controlPlane) olderFleetd(t *testing.T) (string, *atomic.Bool) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				cp.frontOlder(c, old, upgraded)
+				frontOlder(c, backend, old, upgraded)
 			}()
 		}
 	}()
@@ -58,8 +61,9 @@ func (cp *controlPlane) olderFleetd(t *testing.T) (string, *atomic.Bool) {
 // real server.
 var errPassOn = errors.New("not a framed session: pass it on")
 
-// frontOlder answers one connection as olderFleetd says.
-func (cp *controlPlane) frontOlder(c net.Conn, old *tls.Config, upgraded *atomic.Bool) {
+// frontOlder answers one connection as olderFleetd says, passing it on to
+// backend.
+func frontOlder(c net.Conn, backend string, old *tls.Config, upgraded *atomic.Bool) {
 	defer c.Close()
 	rc := &recordingConn{Conn: c, mute: true}
 	refuse := &tls.Config{GetConfigForClient: func(h *tls.ClientHelloInfo) (*tls.Config, error) {
@@ -72,7 +76,7 @@ func (cp *controlPlane) frontOlder(c net.Conn, old *tls.Config, upgraded *atomic
 	if err := tls.Server(rc, refuse).Handshake(); !errors.Is(err, errPassOn) {
 		return // refused, as an older fleetd does
 	}
-	back, err := net.Dial("tcp", cp.addr)
+	back, err := net.Dial("tcp", backend)
 	if err != nil {
 		return
 	}
