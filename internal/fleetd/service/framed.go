@@ -24,9 +24,9 @@ var framedWriteTimeout = 10 * time.Second
 
 // framedCredentials wraps the gRPC server's TLS credentials: a connection
 // whose handshake chose the framed session's protocol (ALPN
-// nodetrust-session/1) is served here, on gRPC's own connection goroutine,
-// and gRPC is told it was dispatched; every other connection goes on to
-// gRPC as before. One listener, one TLS configuration, one set of
+// nodetrust-session/1) is taken from gRPC (told it was dispatched) and
+// served by serveFramed; every other connection goes on to gRPC as
+// before. One listener, one TLS configuration, one set of
 // connection limits for both.
 func (s *Server) framedCredentials(inner credentials.TransportCredentials) credentials.TransportCredentials {
 	return &framedCreds{TransportCredentials: inner, s: s}
