@@ -189,19 +189,22 @@ func (d *DB) ListCerts(ctx context.Context, nodeID string, limit int) ([]store.C
 	if err != nil {
 		return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, wrap(err))
 	}
-	certs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Cert, error) {
-		var (
-			c                         store.Cert
-			g                         int64
-			issued, notAfter, revoked *time.Time
-		)
-		err := r.Scan(&c.Serial, &c.NodeID, &g, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason)
-		c.Generation = uint64(g)
-		c.IssuedAt, c.NotAfter, c.RevokedAt = fromTS(issued), fromTS(notAfter), fromTS(revoked)
-		return c, err
-	})
+	certs, err := pgx.CollectRows(rows, scanCert)
 	if err != nil {
 		return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, wrap(err))
 	}
 	return certs, nil
+}
+
+// scanCert reads one row of certColumns.
+func scanCert(r pgx.CollectableRow) (store.Cert, error) {
+	var (
+		c                         store.Cert
+		g                         int64
+		issued, notAfter, revoked *time.Time
+	)
+	err := r.Scan(&c.Serial, &c.NodeID, &g, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason)
+	c.Generation = uint64(g)
+	c.IssuedAt, c.NotAfter, c.RevokedAt = fromTS(issued), fromTS(notAfter), fromTS(revoked)
+	return c, err
 }

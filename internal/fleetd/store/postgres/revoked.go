@@ -22,17 +22,7 @@ func (d *DB) RevokedCerts(ctx context.Context, now time.Time, limit int) ([]stor
 	if err != nil {
 		return nil, fmt.Errorf("list revoked certificates: %w", wrap(err))
 	}
-	certs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (store.Cert, error) {
-		var (
-			c                         store.Cert
-			g                         int64
-			issued, notAfter, revoked *time.Time
-		)
-		err := r.Scan(&c.Serial, &c.NodeID, &g, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason)
-		c.Generation = uint64(g)
-		c.IssuedAt, c.NotAfter, c.RevokedAt = fromTS(issued), fromTS(notAfter), fromTS(revoked)
-		return c, err
-	})
+	certs, err := pgx.CollectRows(rows, scanCert)
 	if err != nil {
 		return nil, fmt.Errorf("list revoked certificates: %w", wrap(err))
 	}

@@ -266,27 +266,24 @@ func (d *DB) ListCerts(ctx context.Context, nodeID string, limit int) ([]store.C
 	if limit < 1 {
 		return nil, fmt.Errorf("list certificates of node %q: limit %d is not positive", nodeID, limit)
 	}
-	rows, err := d.query(ctx, qListCerts, nodeID, limit)
+	certs, err := queryAll(ctx, d, scanCert, qListCerts, nodeID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, err)
 	}
-	defer rows.Close()
-	var certs []store.Cert
-	for rows.Next() {
-		var (
-			c                         store.Cert
-			gen                       int64
-			issued, notAfter, revoked sql.NullInt64
-		)
-		if err := rows.Scan(&c.Serial, &c.NodeID, &gen, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason); err != nil {
-			return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, err)
-		}
-		c.Generation = uint64(gen)
-		c.IssuedAt, c.NotAfter, c.RevokedAt = fromNanos(issued), fromNanos(notAfter), fromNanos(revoked)
-		certs = append(certs, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list certificates of node %q: %w", nodeID, err)
-	}
 	return certs, nil
+}
+
+// scanCert reads one row of certColumns.
+func scanCert(r scanner) (store.Cert, error) {
+	var (
+		c                         store.Cert
+		gen                       int64
+		issued, notAfter, revoked sql.NullInt64
+	)
+	if err := r.Scan(&c.Serial, &c.NodeID, &gen, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason); err != nil {
+		return store.Cert{}, err
+	}
+	c.Generation = uint64(gen)
+	c.IssuedAt, c.NotAfter, c.RevokedAt = fromNanos(issued), fromNanos(notAfter), fromNanos(revoked)
+	return c, nil
 }

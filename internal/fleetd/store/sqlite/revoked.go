@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"time"
 
@@ -21,26 +20,8 @@ func (d *DB) RevokedCerts(ctx context.Context, now time.Time, limit int) ([]stor
 	if limit < 1 {
 		return nil, fmt.Errorf("list revoked certificates: limit %d is not positive", limit)
 	}
-	rows, err := d.query(ctx, qRevokedCerts, now.UnixNano(), limit)
+	certs, err := queryAll(ctx, d, scanCert, qRevokedCerts, now.UnixNano(), limit)
 	if err != nil {
-		return nil, fmt.Errorf("list revoked certificates: %w", err)
-	}
-	defer rows.Close()
-	var certs []store.Cert
-	for rows.Next() {
-		var (
-			c                         store.Cert
-			gen                       int64
-			issued, notAfter, revoked sql.NullInt64
-		)
-		if err := rows.Scan(&c.Serial, &c.NodeID, &gen, &c.Kind, &issued, &notAfter, &revoked, &c.RevokedReason); err != nil {
-			return nil, fmt.Errorf("list revoked certificates: %w", err)
-		}
-		c.Generation = uint64(gen)
-		c.IssuedAt, c.NotAfter, c.RevokedAt = fromNanos(issued), fromNanos(notAfter), fromNanos(revoked)
-		certs = append(certs, c)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list revoked certificates: %w", err)
 	}
 	return certs, nil
