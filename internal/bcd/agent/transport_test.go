@@ -153,19 +153,7 @@ func TestSessionFallsBackToGRPCAtAnOlderControlPlane(t *testing.T) {
 		t.Errorf("the control plane's current serial is %s, want the renewed %s", node.CertSerial, serialOf(renewed))
 	}
 
-	resp, err := cp.admin.RevokeNode(t.Context(), &adminv1.RevokeNodeRequest{Id: st.Identity.NodeID, Reason: "fallback"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !resp.SessionNotified {
-		t.Error("the control plane found no session to notify")
-	}
-	if err := r.wait(t); !errors.Is(err, agent.ErrRevoked) {
-		t.Fatalf("RunNode = %v, want ErrRevoked", err)
-	}
-	if e := w.next(t); e.kind != agent.JournalRevoked || e.detail != "fallback" {
-		t.Errorf("journal %+v, want the revocation with its reason", e)
-	}
+	revokeAndWait(t, cp, r, w, st.Identity.NodeID, "fallback")
 }
 
 // TestSessionIsFramedAtAControlPlaneThatOffersIt: the renewal and the
@@ -182,19 +170,7 @@ func TestSessionIsFramedAtAControlPlaneThatOffersIt(t *testing.T) {
 	if got := w.sessionTransports(); !slices.Equal(got, []string{agent.TransportFramed}) {
 		t.Errorf("sessions over %q, want framed", got)
 	}
-	resp, err := cp.admin.RevokeNode(t.Context(), &adminv1.RevokeNodeRequest{Id: st.Identity.NodeID, Reason: "framed"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !resp.SessionNotified {
-		t.Error("the control plane found no session to notify")
-	}
-	if err := r.wait(t); !errors.Is(err, agent.ErrRevoked) {
-		t.Fatalf("RunNode = %v, want ErrRevoked", err)
-	}
-	if e := w.next(t); e.kind != agent.JournalRevoked || e.detail != "framed" {
-		t.Errorf("journal %+v, want the revocation with its reason", e)
-	}
+	revokeAndWait(t, cp, r, w, st.Identity.NodeID, "framed")
 }
 
 // TestSessionBecomesFramedOnceTheControlPlaneIsUpgraded: the fallback is
@@ -241,5 +217,25 @@ func TestSessionTransportUnknownIsRefused(t *testing.T) {
 	err := agent.RunNode(t.Context(), agent.NodeConfig{DataDir: t.TempDir(), SessionTransport: "quic"})
 	if err == nil || !strings.Contains(err.Error(), `"quic"`) {
 		t.Fatalf("RunNode with session transport quic = %v, want it refused by name", err)
+	}
+}
+
+// revokeAndWait revokes nodeID through the admin API and checks that its
+// live session carried the notice: RunNode ends with ErrRevoked and the
+// journal holds the revocation with reason.
+func revokeAndWait(t *testing.T, cp *controlPlane, r *running, w *watch, nodeID, reason string) {
+	t.Helper()
+	resp, err := cp.admin.RevokeNode(t.Context(), &adminv1.RevokeNodeRequest{Id: nodeID, Reason: reason})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !resp.SessionNotified {
+		t.Error("the control plane found no session to notify")
+	}
+	if err := r.wait(t); !errors.Is(err, agent.ErrRevoked) {
+		t.Fatalf("RunNode = %v, want ErrRevoked", err)
+	}
+	if e := w.next(t); e.kind != agent.JournalRevoked || e.detail != reason {
+		t.Errorf("journal %+v, want the revocation with its reason", e)
 	}
 }
