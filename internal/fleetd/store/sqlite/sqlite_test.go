@@ -563,6 +563,33 @@ func BenchmarkRecordRenewal(b *testing.B) {
 		})
 		b.ReportMetric(float64(b.N)/float64(max(commits.Load(), 1)), "renewals/commit")
 	})
+	// limited is serial under a renewal limit the renewals stay within,
+	// each node holding renewalsInWindow earlier renewals in the window
+	// (the production limit is 6): the count the limit makes in the
+	// transaction.
+	b.Run("limited", func(b *testing.B) {
+		db, certs := renewalBenchSetup(b)
+		const renewalsInWindow = 5
+		// Room for every renewal the benchmark makes: at most
+		// renewalsInWindow + ceil(b.N/renewalBenchNodes) per node.
+		limit := store.RenewalLimit{Max: renewalsInWindow + b.N/renewalBenchNodes + 2, Window: time.Hour}
+		for i := range renewalBenchNodes * renewalsInWindow {
+			c := certs[0]
+			c.Serial = fmt.Sprintf("e%015x", i)
+			c.NodeID = fmt.Sprintf("node-%08d", i%renewalBenchNodes)
+			c.IssuedAt = c.IssuedAt.Add(-time.Minute)
+			if err := db.RecordRenewal(context.Background(), c, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		for i := range b.N {
+			if err := db.RecordRenewalLimited(context.Background(), certs[i], limit, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // renewalBenchNodes is the number of joined nodes the renewals of
