@@ -19,7 +19,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
 	"github.com/nodetrust/nodetrust/api/sessionframe"
+	"github.com/nodetrust/nodetrust/internal/benchcpu"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store"
 	"github.com/nodetrust/nodetrust/internal/fleetd/store/sqlite"
 	"github.com/nodetrust/nodetrust/pki"
@@ -43,22 +43,6 @@ import (
 // handshake. The load tool (cmd/nodetrust-load) measures the whole.
 
 const benchTrustDomain = "bench.nodetrust.test"
-
-// processCPU is this process's CPU time, all threads.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// reportCPU reports the process's CPU time per operation since start
-// ("cpu-ns/op"), beside the wall time per operation: the difference is
-// time spent waiting, mostly for the store's fdatasync.
-func reportCPU(b *testing.B, start time.Duration) {
-	b.ReportMetric(float64(processCPU()-start)/float64(b.N), "cpu-ns/op")
-}
 
 // benchServer returns a Server on a new PKI and SQLite store.
 func benchServer(b *testing.B) *Server {
@@ -161,14 +145,14 @@ func BenchmarkJoin(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		b.ResetTimer()
-		cpu := processCPU()
+		reportCPU := benchcpu.Start(b)
 		for i := 0; i < b.N; i++ {
 			resp, err := j.Join(ctx, joins[i].req)
 			if err != nil || resp.GetSigned() == nil {
 				b.Fatalf("join %d: %v", i, err)
 			}
 		}
-		reportCPU(b, cpu)
+		reportCPU()
 	})
 	b.Run("parallel", func(b *testing.B) {
 		s := benchServer(b)
@@ -178,8 +162,7 @@ func BenchmarkJoin(b *testing.B) {
 		var next atomic.Int64
 		b.ReportAllocs()
 		b.ResetTimer()
-		cpu := processCPU()
-		defer func() { reportCPU(b, cpu) }()
+		defer benchcpu.Start(b)()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				i := next.Add(1) - 1
@@ -263,8 +246,7 @@ func BenchmarkRenewVerify(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu := processCPU()
-	defer func() { reportCPU(b, cpu) }()
+	defer benchcpu.Start(b)()
 	for i := 0; i < b.N; i++ {
 		n := nodes[i%len(nodes)]
 		r := reqs[i]
@@ -364,7 +346,7 @@ func benchSessionHold(b *testing.B, framed bool) {
 	baseGoroutines := labelledGoroutines(b, "server")
 	baseMem := heapAndStacks()
 	b.StartTimer()
-	cpu := processCPU()
+	reportCPU := benchcpu.Start(b)
 	for i := range n {
 		node := nodes[i]
 		leaf, err := x509.ParseCertificate(node.chain[0])
@@ -402,7 +384,7 @@ func benchSessionHold(b *testing.B, framed bool) {
 			b.Fatalf("session %d: %v %v", i, m, err)
 		}
 	}
-	reportCPU(b, cpu)
+	reportCPU()
 	b.StopTimer()
 	if got := s.sessions.count(); got != n {
 		b.Fatalf("%d sessions live, want %d", got, n)
