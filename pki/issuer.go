@@ -113,7 +113,40 @@ type LeafRequest struct {
 // set, the non-critical extension [OIDTPMAKName]; no DNS names; key usage
 // DigitalSignature; extended key usages ClientAuth and ServerAuth.
 // Lifetime policy (at most 24 h, 2 h for ramdisk nodes) is the caller's.
+// It returns the certificate parsed back; IssueLeaf is Issue without the
+// parse.
 func (i *Issuer) Issue(r LeafRequest) (*x509.Certificate, error) {
+	l, err := i.IssueLeaf(r)
+	if err != nil {
+		return nil, err
+	}
+	c, err := x509.ParseCertificate(l.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("issue certificate for %s: parse: %w", r.NodeID, err)
+	}
+	return c, nil
+}
+
+// IssuedLeaf is a node certificate IssueLeaf signed: its DER and the
+// fields a server reads of it next, taken from what was signed rather
+// than parsed back from the DER (a parse costs about a third of the
+// signature). Each field equals the parsed certificate's.
+type IssuedLeaf struct {
+	Raw          []byte
+	SerialNumber *big.Int
+	// NotBefore and NotAfter are in UTC, whole seconds, as encoded.
+	NotBefore, NotAfter time.Time
+	PublicKey           crypto.PublicKey
+}
+
+// SerialHex is the leaf's serial number as the control plane records it
+// (see the function SerialHex).
+func (l *IssuedLeaf) SerialHex() string { return serialHex(l.SerialNumber) }
+
+// IssueLeaf is Issue returning the certificate as an IssuedLeaf, for the
+// server's hot paths, which need its DER and a few fields but never the
+// parsed certificate.
+func (i *Issuer) IssueLeaf(r LeafRequest) (*IssuedLeaf, error) {
 	if !isP256(r.PublicKey) {
 		return nil, fmt.Errorf("issue certificate: node key is %T, want ECDSA P-256", r.PublicKey)
 	}
@@ -186,12 +219,13 @@ func (i *Issuer) Issue(r LeafRequest) (*x509.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("issue certificate for %s: %w", r.NodeID, err)
 	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("issue certificate for %s: parse: %w", r.NodeID, err)
-	}
-	return c, nil
+	return &IssuedLeaf{Raw: der, SerialNumber: serial, PublicKey: r.PublicKey,
+		NotBefore: encodedTime(notBefore), NotAfter: encodedTime(notAfter)}, nil
 }
+
+// encodedTime is t as a certificate's validity encodes it, and parsing
+// gives it back: UTC, whole seconds.
+func encodedTime(t time.Time) time.Time { return t.UTC().Truncate(time.Second) }
 
 // randomSerial returns a uniformly random positive serial of at most 128
 // bits.

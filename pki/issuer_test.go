@@ -146,6 +146,41 @@ func TestIssueSerialsDiffer(t *testing.T) {
 	}
 }
 
+// TestIssueLeafFieldsMatchTheParse checks that each field IssueLeaf sets
+// without parsing is what parsing its DER gives, validity times with
+// fractions of a second and clamped to the CA's included: the server
+// renews on those fields alone.
+func TestIssueLeafFieldsMatchTheParse(t *testing.T) {
+	a, _ := newAuthority(t, "")
+	now := time.Now() // with nanoseconds and a monotonic reading
+	for _, r := range []LeafRequest{
+		{NodeID: "n1", Role: "worker", NotBefore: now.Add(-time.Minute), NotAfter: now.Add(24 * time.Hour)},
+		{NodeID: "n2", Site: "ams1", TPMAKName: []byte{0x00, 0x0b, 0x01},
+			NotBefore: a.NodeCA.NotBefore.Add(-time.Hour), NotAfter: a.NodeCA.NotAfter.Add(time.Hour)},
+	} {
+		key := mustKey(t)
+		r.PublicKey = key.Public()
+		l, err := a.Issuer.IssueLeaf(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := x509.ParseCertificate(l.Raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.SerialNumber.Cmp(c.SerialNumber) != 0 || l.SerialHex() != SerialHex(c) {
+			t.Errorf("%s: serial %s (%s), parsed %s", r.NodeID, l.SerialNumber, l.SerialHex(), c.SerialNumber)
+		}
+		if !l.NotBefore.Equal(c.NotBefore) || !l.NotAfter.Equal(c.NotAfter) ||
+			l.NotBefore.Location() != time.UTC || l.NotAfter.Location() != time.UTC {
+			t.Errorf("%s: validity %v..%v, parsed %v..%v", r.NodeID, l.NotBefore, l.NotAfter, c.NotBefore, c.NotAfter)
+		}
+		if !key.PublicKey.Equal(l.PublicKey) || !key.PublicKey.Equal(c.PublicKey) {
+			t.Errorf("%s: public key %v, parsed %v", r.NodeID, l.PublicKey, c.PublicKey)
+		}
+	}
+}
+
 func TestIssueClampsValidity(t *testing.T) {
 	a, _ := newAuthority(t, "")
 	c, err := a.Issuer.Issue(LeafRequest{

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/big"
 	"strings"
 )
 
@@ -124,4 +125,6 @@ func (p *Pin) UnmarshalText(b []byte) error {
 
 // SerialHex is a certificate's serial number as the control plane records
 // it: lower-case hex of the number's big-endian bytes.
-func SerialHex(c *x509.Certificate) string { return hex.EncodeToString(c.SerialNumber.Bytes()) }
+func SerialHex(c *x509.Certificate) string { return serialHex(c.SerialNumber) }
+
+func serialHex(n *big.Int) string { return hex.EncodeToString(n.Bytes()) }

@@ -58,7 +58,7 @@ const (
 	fMTLSClient  = "mutual TLS 1.3 handshake, client end"
 	fOpenToken   = "HPKE open of the sealed token (OpenToken)"
 	fParseCSR    = "CSR parse + signature check (ParseCSR)"
-	fIssue       = "sign a leaf (Issuer.Issue)"
+	fIssue       = "sign a leaf (Issuer.IssueLeaf)"
 	fSignResult  = "sign the JoinResponse (SignJoinResult)"
 	fVerifyProof = "verify a renewal proof (VerifyRenewProof; not on a session)"
 	fKeyGen      = "P-256 key generation"
@@ -141,7 +141,7 @@ func measureFloor(ctx context.Context, kem string, kex []tls.CurveID, d time.Dur
 	}{
 		{fOpenToken, "server", func() error { _, err := a.JoinEncryption.OpenToken(h[:], sealed); return err }},
 		{fParseCSR, "server", func() error { _, err := pki.ParseCSR(csr); return err }},
-		{fIssue, "server", func() error { _, err := a.Issuer.Issue(leafReq); return err }},
+		{fIssue, "server", func() error { _, err := a.Issuer.IssueLeaf(leafReq); return err }},
 		{fSignResult, "server", func() error { _, err := joinresponse.Sign(a.JoinSigner, result); return err }},
 		{fVerifyProof, "server", func() error { return pki.VerifyRenewProof(key.Public(), h[:], t, proof) }},
 		{fKeyGen, "client", func() error { _, err := pki.GenerateKey(); return err }},

@@ -375,7 +375,7 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	s := j.s
 	now := s.cfg.Now()
 	lifetime := s.lifetimeFor(in.role)
-	leaf, err := s.cfg.Authority.Issuer.Issue(pki.LeafRequest{
+	leaf, err := s.cfg.Authority.Issuer.IssueLeaf(pki.LeafRequest{
 		PublicKey: in.csr.PublicKey,
 		NodeID:    in.nodeID,
 		Role:      in.role,
@@ -389,11 +389,11 @@ func (j *joinService) issue(ctx context.Context, in issuance) (*joinv1.JoinRespo
 	}
 	// Sign the answer before the join is recorded: a signing key that
 	// fails (a PKCS#11 token gone) then leaves the token unspent.
-	signed, err := s.signResult(in.csrHash, leaf, in.nodeID, in.role, in.site, in.gen)
+	signed, err := s.signResult(in.csrHash, leaf.Raw, in.nodeID, in.role, in.site, in.gen)
 	if err != nil {
 		return nil, err
 	}
-	serial := pki.SerialHex(leaf)
+	serial := leaf.SerialHex()
 	actor := "ek:" + in.ekPin
 	var tokenHash []byte
 	if in.token != nil {
@@ -516,10 +516,13 @@ func (j *joinService) newNode(ctx context.Context, id string) (string, bool, uin
 	return id, false, gen, nil, nil
 }
 
-func (s *Server) signResult(csrHash []byte, leaf *x509.Certificate, nodeID, role, site string, gen uint64) (*joinv1.SignedJoinResult, error) {
+// signResult signs the answer to a join or renewal that issued the leaf
+// leafDER: the chain, the roots and what the certificate says, for the
+// node to check against the JoinService key it pinned.
+func (s *Server) signResult(csrHash, leafDER []byte, nodeID, role, site string, gen uint64) (*joinv1.SignedJoinResult, error) {
 	a := s.cfg.Authority
 	chain := make([][]byte, 0, 1+len(a.Issuer.Chain()))
-	chain = append(chain, leaf.Raw)
+	chain = append(chain, leafDER)
 	for _, c := range a.Issuer.Chain() {
 		chain = append(chain, c.Raw)
 	}

@@ -3,9 +3,11 @@ package service
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
@@ -18,6 +20,9 @@ import (
 
 // authedNode is a node authenticated by its certificate on this call.
 type authedNode struct {
+	// leaf is the certificate the node authenticated with; nil in the
+	// authedNode knownNode makes for a certificate issued on the
+	// connection, which is never parsed.
 	leaf *x509.Certificate
 	info pki.NodeCertInfo
 	node store.Node
@@ -25,7 +30,7 @@ type authedNode struct {
 	// issued is the last certificate this server issued to the caller on
 	// this connection, and what it says; a renewal that presents it needs
 	// no chain check.
-	issued     *x509.Certificate
+	issued     *pki.IssuedLeaf
 	issuedInfo pki.NodeCertInfo
 }
 
@@ -36,21 +41,35 @@ func (a *authedNode) knownNode(der []byte) *authedNode {
 	case bytes.Equal(der, a.leaf.Raw):
 		return a
 	case a.issued != nil && bytes.Equal(der, a.issued.Raw):
-		return &authedNode{leaf: a.issued, info: a.issuedInfo, node: a.node}
+		return &authedNode{info: a.issuedInfo, node: a.node}
 	}
 	return nil
 }
 
+// heldCert is what a renewal reads of the certificate it renews.
+type heldCert struct {
+	publicKey           crypto.PublicKey
+	notBefore, notAfter time.Time
+	// parsed is the certificate parsed; nil for one issued on the
+	// connection.
+	parsed *x509.Certificate
+}
+
 // known returns the caller's TLS certificate or the one issued to it on
-// this connection when der is one of them, else nil.
-func (a *authedNode) known(der []byte) *x509.Certificate {
+// this connection when der is one of them.
+func (a *authedNode) known(der []byte) (heldCert, bool) {
 	if bytes.Equal(der, a.leaf.Raw) {
-		return a.leaf
+		return heldOf(a.leaf), true
 	}
-	if a.issued != nil && bytes.Equal(der, a.issued.Raw) {
-		return a.issued
+	if l := a.issued; l != nil && bytes.Equal(der, l.Raw) {
+		return heldCert{publicKey: l.PublicKey, notBefore: l.NotBefore, notAfter: l.NotAfter}, true
 	}
-	return nil
+	return heldCert{}, false
+}
+
+// heldOf is what a renewal reads of the parsed certificate c.
+func heldOf(c *x509.Certificate) heldCert {
+	return heldCert{publicKey: c.PublicKey, notBefore: c.NotBefore, notAfter: c.NotAfter, parsed: c}
 }
 
 // errUnauthenticated is what a node with a dead certificate is told.

@@ -55,7 +55,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	if len(req.Chain) == 0 || len(req.Chain) > 8 {
 		return nil, refused(codes.InvalidArgument, "renewal needs the current chain, leaf first")
 	}
-	leaf, err := s.currentLeaf(caller, req.Chain, now)
+	held, err := s.currentLeaf(caller, req.Chain, now)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +70,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	// and the signed response"). Any other certificate is proved by it.
 	needProof := cur == nil
 	if cur == nil {
-		if cur, err = s.checkNodeCert(ctx, leaf); err != nil {
+		if cur, err = s.checkNodeCert(ctx, held.parsed); err != nil {
 			return nil, err
 		}
 	}
@@ -92,7 +92,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	}
 	csrHash := sha256.Sum256(req.Csr)
 	if needProof {
-		if err := pki.VerifyRenewProof(leaf.PublicKey, csrHash[:], req.ClientTimeUnixNano, req.Proof); err != nil {
+		if err := pki.VerifyRenewProof(held.publicKey, csrHash[:], req.ClientTimeUnixNano, req.Proof); err != nil {
 			// The caller proved a certificate of the same node in the
 			// handshake, yet the proof of this one is by another key:
 			// two keys for one certificate.
@@ -100,7 +100,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 			return nil, refused(codes.Unauthenticated, "renewal proof does not verify with the certified key; the certificate was revoked")
 		}
 	}
-	if samePublicKey(leaf.PublicKey, csr.PublicKey) {
+	if samePublicKey(held.publicKey, csr.PublicKey) {
 		return nil, refused(codes.InvalidArgument, "the renewal must certify a new key")
 	}
 
@@ -127,7 +127,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	}
 
 	lifetime := s.lifetimeFor(cur.node.Role)
-	next, err := s.cfg.Authority.Issuer.Issue(pki.LeafRequest{
+	next, err := s.cfg.Authority.Issuer.IssueLeaf(pki.LeafRequest{
 		PublicKey: csr.PublicKey,
 		NodeID:    cur.node.ID,
 		Role:      cur.info.Role,
@@ -141,11 +141,11 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	}
 	// Sign the answer before the renewal is recorded, so that a signing
 	// key that fails does not count against the node's renewal limit.
-	signed, err := s.signResult(csrHash[:], next, cur.node.ID, cur.info.Role, cur.info.Site, cur.node.Generation)
+	signed, err := s.signResult(csrHash[:], next.Raw, cur.node.ID, cur.info.Role, cur.info.Site, cur.node.Generation)
 	if err != nil {
 		return nil, signFailure("renewal", fmt.Errorf("sign: %w", err), logkey.NodeID, cur.node.ID)
 	}
-	serial := pki.SerialHex(next)
+	serial := next.SerialHex()
 	err = s.cfg.Store.RecordRenewalLimited(ctx, store.Cert{Serial: serial, NodeID: cur.node.ID, Generation: cur.node.Generation, Kind: "renew", IssuedAt: now, NotAfter: next.NotAfter}, limit, nil)
 	var over *store.RenewalLimitError
 	if errors.As(err, &over) {
@@ -187,32 +187,31 @@ func overLimit(over *store.RenewalLimitError, now time.Time) error {
 // already proved (its TLS certificate, or one this server issued to it on
 // the same session) is only checked for its validity period: its chain was
 // verified then, and re-verifying costs as much as signing a new leaf.
-func (s *Server) currentLeaf(caller *authedNode, chain [][]byte, now time.Time) (*x509.Certificate, error) {
-	var leaf *x509.Certificate
-	if known := caller.known(chain[0]); known != nil {
-		leaf = known
-	} else {
+// Any other is parsed and verified, and returned with parsed set.
+func (s *Server) currentLeaf(caller *authedNode, chain [][]byte, now time.Time) (heldCert, error) {
+	leaf, known := caller.known(chain[0])
+	if !known {
 		c, err := x509.ParseCertificate(chain[0])
 		if err != nil {
-			return nil, refused(codes.InvalidArgument, "parse the current certificate: %v", err)
+			return heldCert{}, refused(codes.InvalidArgument, "parse the current certificate: %v", err)
 		}
 		inter := x509.NewCertPool()
 		for _, der := range chain[1:] {
 			ic, err := x509.ParseCertificate(der)
 			if err != nil {
-				return nil, refused(codes.InvalidArgument, "parse the chain: %v", err)
+				return heldCert{}, refused(codes.InvalidArgument, "parse the chain: %v", err)
 			}
 			inter.AddCert(ic)
 		}
 		roots := x509.NewCertPool()
 		roots.AddCert(s.cfg.Authority.Root)
 		if _, err := c.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
-			return nil, refused(codes.Unauthenticated, "the current certificate does not verify (expired certificates cannot renew: join again): %v", err)
+			return heldCert{}, refused(codes.Unauthenticated, "the current certificate does not verify (expired certificates cannot renew: join again): %v", err)
 		}
-		leaf = c
+		leaf = heldOf(c)
 	}
-	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
-		return nil, refused(codes.Unauthenticated, "the current certificate is not valid now (expired certificates cannot renew: join again)")
+	if now.Before(leaf.notBefore) || now.After(leaf.notAfter) {
+		return heldCert{}, refused(codes.Unauthenticated, "the current certificate is not valid now (expired certificates cannot renew: join again)")
 	}
 	return leaf, nil
 }
