@@ -693,11 +693,16 @@ func (x *RevokedCert) GetNotAfterUnixNano() int64 {
 // SessionEnd closes a framed session: code is a gRPC status code, message
 // says why (for example that the certificate was revoked).
 type SessionEnd struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
-	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	// How long the node waits before it opens a session again, in
+	// milliseconds rounded up (0: no pushback, the node's own backoff
+	// applies): what the gRPC Session's grpc-retry-pushback-ms trailer
+	// carries, for example while the store is unreachable.
+	RetryPushbackMs uint32 `protobuf:"varint,3,opt,name=retry_pushback_ms,json=retryPushbackMs,proto3" json:"retry_pushback_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *SessionEnd) Reset() {
@@ -742,6 +747,13 @@ func (x *SessionEnd) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *SessionEnd) GetRetryPushbackMs() uint32 {
+	if x != nil {
+		return x.RetryPushbackMs
+	}
+	return 0
 }
 
 type Hello struct {
@@ -1409,11 +1421,12 @@ const file_nodetrust_gateway_v1_gateway_proto_rawDesc = "" +
 	"\vRevokedCert\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x16\n" +
 	"\x06serial\x18\x02 \x01(\tR\x06serial\x12-\n" +
-	"\x13not_after_unix_nano\x18\x03 \x01(\x03R\x10notAfterUnixNano\":\n" +
+	"\x13not_after_unix_nano\x18\x03 \x01(\x03R\x10notAfterUnixNano\"f\n" +
 	"\n" +
 	"SessionEnd\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage\"O\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12*\n" +
+	"\x11retry_pushback_ms\x18\x03 \x01(\rR\x0fretryPushbackMs\"O\n" +
 	"\x05Hello\x12%\n" +
 	"\x0edaemon_version\x18\x01 \x01(\tR\rdaemonVersion\x12\x1f\n" +
 	"\vinstance_id\x18\x02 \x01(\tR\n" +

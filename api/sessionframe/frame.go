@@ -15,8 +15,10 @@
 // A frame is a 4-byte big-endian length followed by that many bytes of
 // one protobuf message; a length above [MaxFrame] ends the session. The
 // server's last frame is a SessionResponse with a SessionEnd body, the
-// status the gRPC Session would end with; [Client.Recv] returns it as a
-// gRPC status error, so a node handles both transports alike.
+// status the gRPC Session would end with and the pushback its
+// grpc-retry-pushback-ms trailer would carry; [Client.Recv] returns it as
+// a gRPC status error ([EndError]), so a node handles both transports
+// alike.
 package sessionframe
 
 import (
@@ -128,17 +130,36 @@ func (s *Server) Recv() (*gatewayv1.SessionRequest, error) {
 func (s *Server) Send(m *gatewayv1.SessionResponse) error { return s.c.write(m) }
 
 // End sends the session's last frame, the status err carries (codes.OK
-// for nil), and closes the connection; a Recv in progress then fails. Only
-// the first End does anything.
-func (s *Server) End(err error) {
+// for nil) and retryPushbackMs, the wait in milliseconds that the gRPC
+// Session would send as its grpc-retry-pushback-ms trailer (0: none), and
+// closes the connection; a Recv in progress then fails. Only the first End
+// does anything.
+func (s *Server) End(err error, retryPushbackMs uint32) {
 	s.once.Do(func() {
 		st := status.Convert(err)
 		_ = s.c.write(&gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_End{End: &gatewayv1.SessionEnd{
-			Code: uint32(st.Code()), Message: st.Message(),
+			Code: uint32(st.Code()), Message: st.Message(), RetryPushbackMs: retryPushbackMs,
 		}}})
 		_ = s.c.nc.Close()
 	})
 }
+
+// EndError is a session the server ended with a status other than OK
+// (its SessionEnd): the gRPC status error the gRPC Session would have
+// returned — status.Code and status.Convert read it as one — with the
+// server's pushback, which the gRPC Session carries in its
+// grpc-retry-pushback-ms trailer instead.
+type EndError struct {
+	Status *status.Status
+	// RetryPushback is how long the server asks the node to wait before
+	// it opens another session; zero when it gave no pushback.
+	RetryPushback time.Duration
+}
+
+func (e *EndError) Error() string { return e.Status.Err().Error() }
+
+// GRPCStatus makes e a gRPC status error.
+func (e *EndError) GRPCStatus() *status.Status { return e.Status }
 
 // Client is a node's end of a framed session. Recv is for one goroutine;
 // Send may be called from any.
@@ -156,8 +177,9 @@ func NewClient(nc net.Conn, writeTimeout time.Duration) *Client {
 func (c *Client) Send(m *gatewayv1.SessionRequest) error { return c.c.write(m) }
 
 // Recv reads the server's next message. The server's SessionEnd comes
-// back as the gRPC status error it names (nil body: io.EOF for codes.OK);
-// a connection that ends without one is codes.Unavailable.
+// back as an *EndError, the gRPC status error it names with its pushback
+// (io.EOF for codes.OK); a connection that ends without one is
+// codes.Unavailable.
 func (c *Client) Recv() (*gatewayv1.SessionResponse, error) {
 	m := &gatewayv1.SessionResponse{}
 	if err := c.c.read(m); err != nil {
@@ -170,7 +192,10 @@ func (c *Client) Recv() (*gatewayv1.SessionResponse, error) {
 		if codes.Code(end.Code) == codes.OK {
 			return nil, io.EOF
 		}
-		return nil, status.Error(codes.Code(end.Code), end.Message)
+		return nil, &EndError{
+			Status:        status.New(codes.Code(end.Code), end.Message),
+			RetryPushback: time.Duration(end.RetryPushbackMs) * time.Millisecond,
+		}
 	}
 	return m, nil
 }

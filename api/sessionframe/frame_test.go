@@ -92,8 +92,8 @@ func TestFramedSessionRoundTripAndEnd(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		s.End(status.Error(codes.Unauthenticated, "certificate revoked: test"))
-		s.End(errors.New("a second End does nothing"))
+		s.End(status.Error(codes.Unavailable, "the store failed; retry"), 5000)
+		s.End(errors.New("a second End does nothing"), 0)
 	})
 	c, err := Dial(context.Background(), addr, cliCfg, time.Second)
 	if err != nil {
@@ -118,8 +118,12 @@ func TestFramedSessionRoundTripAndEnd(t *testing.T) {
 		t.Fatalf("got %d distinct frames, want %d", len(seen), n)
 	}
 	_, err = c.Recv()
-	if status.Code(err) != codes.Unauthenticated || status.Convert(err).Message() != "certificate revoked: test" {
-		t.Fatalf("end: got %v, want the server's Unauthenticated status", err)
+	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != "the store failed; retry" {
+		t.Fatalf("end: got %v, want the server's Unavailable status", err)
+	}
+	var end *EndError
+	if !errors.As(err, &end) || end.RetryPushback != 5*time.Second {
+		t.Fatalf("end: got %#v, want an EndError with the server's pushback of 5s", err)
 	}
 }
 

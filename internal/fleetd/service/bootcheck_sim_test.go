@@ -191,20 +191,6 @@ func randomBytes(t *testing.T) []byte {
 	return b
 }
 
-// metric returns the /metrics lines that start with prefix.
-func (e *env) metric(t *testing.T, prefix string) string {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	e.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	var out []string
-	for _, l := range strings.Split(rec.Body.String(), "\n") {
-		if strings.HasPrefix(l, prefix) {
-			out = append(out, l)
-		}
-	}
-	return strings.Join(out, "\n")
-}
-
 func (b *bootEnv) verdicts(t *testing.T) []*adminv1.Verdict {
 	t.Helper()
 	r, err := b.admin.ListVerdicts(t.Context(), &adminv1.ListVerdictsRequest{NodeId: b.n.id})

@@ -127,6 +127,18 @@ func (s *Server) wireError(ctx context.Context, err error, attrs ...any) error {
 	return status.Error(ce.code, ce.msg)
 }
 
+// framedEnd is wireError for a framed session's SessionEnd: the
+// grpc-retry-pushback-ms the gRPC Session would send, in whole
+// milliseconds (0: none), and the gRPC status it would end with. Nil
+// stays nil.
+func (s *Server) framedEnd(ctx context.Context, err error, attrs ...any) (pushbackMs uint32, _ error) {
+	if err == nil {
+		return 0, nil
+	}
+	ce := s.classify(ctx, err, attrs...)
+	return uint32(ceilMillis(ce.pushback)), status.Error(ce.code, ce.msg)
+}
+
 // sessionError turns the error of a request on a live session into the
 // Error answer the session carries.
 func (s *Server) sessionError(ctx context.Context, err error, attrs ...any) *gatewayv1.Error {

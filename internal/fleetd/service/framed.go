@@ -170,7 +170,10 @@ func (s *Server) serveFramed(raw, conn net.Conn, ti credentials.TLSInfo) {
 		}
 		return err
 	}
-	end := func(err error) { fs.End(s.wireError(ctx, err)) }
+	end := func(err error) {
+		pushback, st := s.framedEnd(ctx, err)
+		fs.End(st, pushback)
+	}
 	lc, _ := raw.(*connlimit.Conn)
 	if lc != nil {
 		// Past its handshake; and like a connection carrying a stream,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"strconv"
 	"testing"
 
 	"google.golang.org/grpc"
@@ -53,6 +54,27 @@ func (s *framedStream) CloseSend() error                          { s.stop(); re
 func (s *framedStream) Context() context.Context                  { return s.ctx }
 func (s *framedStream) SendMsg(any) error                         { return errors.New("not used") }
 func (s *framedStream) RecvMsg(any) error                         { return errors.New("not used") }
+
+// endPushback is the pushback, in milliseconds ("" for none), of a
+// session that ended with err: the gRPC Session's grpc-retry-pushback-ms
+// trailer, or the framed session's SessionEnd.retry_pushback_ms.
+func endPushback(t *testing.T, stream gatewayv1.Gateway_SessionClient, err error) string {
+	t.Helper()
+	if _, framed := stream.(*framedStream); !framed {
+		if v := stream.Trailer().Get("grpc-retry-pushback-ms"); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}
+	var end *sessionframe.EndError
+	if !errors.As(err, &end) {
+		t.Fatalf("the framed session ended with %v, want its SessionEnd", err)
+	}
+	if end.RetryPushback == 0 {
+		return ""
+	}
+	return strconv.FormatInt(end.RetryPushback.Milliseconds(), 10)
+}
 
 // overBothTransports runs a session test over the framed session and over
 // the gRPC Session.

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -350,6 +352,20 @@ func wantStatus(t *testing.T, err error, code codes.Code, sub string) {
 	if !ok || st.Code() != code || !strings.Contains(st.Message(), sub) {
 		t.Fatalf("error = %v, want %s containing %q", err, code, sub)
 	}
+}
+
+// metric returns the /metrics lines that start with prefix.
+func (e *env) metric(t *testing.T, prefix string) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	e.srv.HTTPHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	var out []string
+	for _, l := range strings.Split(rec.Body.String(), "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // audit returns the audit events with action, newest first.

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"fmt"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -8,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc/codes"
 
+	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/internal/fleetd/connlimit"
 )
 
@@ -25,6 +27,14 @@ type metrics struct {
 	adminCalls  *prometheus.CounterVec
 	claims      *prometheus.CounterVec
 	transitions *prometheus.CounterVec
+	// The revocation feed (revfeed.go): the sessions subscribed,
+	// catch-ups sent by why they were owed, those cut at
+	// revFeedCatchUpMax, and the certificates pushed as they were
+	// revoked.
+	feedSubscribers prometheus.GaugeFunc
+	feedCatchUps    *prometheus.CounterVec
+	feedTruncated   prometheus.Counter
+	feedPushed      prometheus.Counter
 	// Hostile traffic, counted rather than journaled (docs/security.md).
 	joinRefusals  *prometheus.CounterVec
 	oversized     *prometheus.CounterVec
@@ -69,6 +79,22 @@ func newMetrics(s *Server) *metrics {
 			Name: "nodetrust_lifecycle_transitions_total",
 			Help: "Lifecycle actions carried out (provision, quarantine, release, retire).",
 		}, []string{"action"}),
+		feedSubscribers: prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "nodetrust_revocation_feed_subscribers",
+			Help: "Node sessions subscribed to the revocation feed on this server.",
+		}, func() float64 { return float64(s.revfeed.subscribers()) }),
+		feedCatchUps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodetrust_revocation_feed_catchups_total",
+			Help: "Revocation feed catch-ups sent to subscribed sessions, by reason (subscribe, fell_behind: the session's queue overflowed, read_failed: a revocation's certificates could not be read, write_failed).",
+		}, []string{"reason"}),
+		feedTruncated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodetrust_revocation_feed_catchups_truncated_total",
+			Help: fmt.Sprintf("Revocation feed catch-ups sent cut at their bound of %d certificates: more revoked certificates had not expired.", revFeedCatchUpMax),
+		}),
+		feedPushed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "nodetrust_revocation_feed_certs_pushed_total",
+			Help: "Revoked certificates pushed to subscribed sessions as they were revoked, one per session told (catch-ups not counted).",
+		}),
 		joinRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodetrust_join_refusals_total",
 			Help: "Refused joins by reason (csr_invalid, token_used, oversized, …).",
@@ -95,6 +121,7 @@ func newMetrics(s *Server) *metrics {
 		}),
 	}
 	m.reg.MustRegister(m.joins, m.intakes, m.installs, m.renewals, m.revocations, m.adminCalls, m.claims, m.transitions,
+		m.feedSubscribers, m.feedCatchUps, m.feedTruncated, m.feedPushed,
 		m.joinRefusals, m.oversized, m.connRefused, m.connDisplaced, m.auditDropped, m.logDropped,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "nodetrust_live_sessions",
@@ -123,6 +150,20 @@ func (m *metrics) join(attestor, outcome string) {
 func (m *metrics) renewal(c codes.Code) { m.renewals.WithLabelValues(c.String()).Inc() }
 
 func (m *metrics) revocation(cause string) { m.revocations.WithLabelValues(cause).Inc() }
+
+// revocationsSent counts rc as its write to a subscribed session starts
+// (so that a node that received it sees it counted): a catch-up owed for
+// reason, or certificates pushed (reason unused).
+func (m *metrics) revocationsSent(rc *gatewayv1.RevokedCerts, reason string) {
+	if !rc.GetCatchUp() {
+		m.feedPushed.Add(float64(len(rc.GetCerts())))
+		return
+	}
+	m.feedCatchUps.WithLabelValues(reason).Inc()
+	if rc.Truncated {
+		m.feedTruncated.Inc()
+	}
+}
 
 func (m *metrics) adminCall(method, outcome string) {
 	m.adminCalls.WithLabelValues(method, outcome).Inc()

@@ -46,6 +46,23 @@ const (
 	revFeedNodeCerts = 64
 )
 
+// Why a subscriber gets a catch-up: the reason label of
+// nodetrust_revocation_feed_catchups_total. A catch-up that had to be
+// retried (its store read failed) keeps the reason it was owed for.
+const (
+	// catchUpSubscribe: the session subscribed (or subscribed again).
+	catchUpSubscribe = "subscribe"
+	// catchUpFellBehind: its queue would have passed revFeedQueueMax.
+	catchUpFellBehind = "fell_behind"
+	// catchUpReadFailed: a revocation's certificates could not be read
+	// (publishRevocation), so no subscriber could be told them.
+	catchUpReadFailed = "read_failed"
+	// catchUpWriteFailed: a write to the session failed, so what it
+	// carried may not have arrived (the session is ending; the catch-up
+	// is sent only if it is still there).
+	catchUpWriteFailed = "write_failed"
+)
+
 // revFeed is the registry of subscribed sessions.
 type revFeed struct {
 	// drain sends what a subscriber holds, on a goroutine of its own
@@ -75,9 +92,11 @@ type revSub struct {
 	sess    *session
 	mu      sync.Mutex
 	pending []*gatewayv1.RevokedCert
-	// behind is set when the queue overflowed or a catch-up failed: the
-	// next send is a catch-up.
-	behind bool
+	// behind says why the next send is a catch-up (one of the catchUp
+	// reasons), or is empty when it is not: the queue overflowed, a
+	// revocation's certificates could not be read, or a catch-up owed
+	// could not be read or written.
+	behind string
 	// draining is set while a drain goroutine runs.
 	draining bool
 }
@@ -94,7 +113,7 @@ func (f *revFeed) kick(sub *revSub) {
 
 // kickLocked is kick with sub.mu held.
 func (f *revFeed) kickLocked(sub *revSub) {
-	if sub.draining || f.drain == nil || (!sub.behind && len(sub.pending) == 0) || sub.ended() {
+	if sub.draining || f.drain == nil || (sub.behind == "" && len(sub.pending) == 0) || sub.ended() {
 		return
 	}
 	sub.draining = true
@@ -115,16 +134,17 @@ func (sub *revSub) ended() bool {
 // session's transport fails (the session then ends, and unsubscribes).
 func (s *Server) drainRevocations(sub *revSub) {
 	for {
-		resp := s.revocationsDue(sub)
+		resp, reason := s.revocationsDue(sub)
 		if resp == nil {
 			return
 		}
+		s.metrics.revocationsSent(resp.GetRevokedCerts(), reason)
 		if err := sub.sess.send(resp); err != nil {
 			// What was taken is not lost: a session whose transport
 			// failed ends (its transport closes on a failed write);
 			// until then the subscriber owes a catch-up.
 			sub.mu.Lock()
-			sub.draining, sub.behind = false, true
+			sub.draining, sub.behind = false, catchUpWriteFailed
 			sub.mu.Unlock()
 			return
 		}
@@ -132,9 +152,10 @@ func (s *Server) drainRevocations(sub *revSub) {
 }
 
 // subscribeRevocations subscribes sess to the feed (once; again means a new
-// catch-up) and returns the catch-up answering request id. It runs on the
-// session's reader; the session's end unsubscribes it (gateway.close).
-func (s *Server) subscribeRevocations(ctx context.Context, sess *session, id uint64) *gatewayv1.SessionResponse {
+// catch-up) and sends the catch-up answering request id. It runs on the
+// session's reader; the session's end unsubscribes it (gateway.close). An
+// error means the answer could not be written.
+func (s *Server) subscribeRevocations(ctx context.Context, sess *session, id uint64) error {
 	f := s.revfeed
 	f.mu.Lock()
 	sub := f.subs[sess]
@@ -146,18 +167,19 @@ func (s *Server) subscribeRevocations(ctx context.Context, sess *session, id uin
 	// that no publication falls between.
 	snap := f.published
 	sub.mu.Lock()
-	sub.pending, sub.behind = nil, false
+	sub.pending, sub.behind = nil, ""
 	sub.mu.Unlock()
 	f.mu.Unlock()
 	msg, err := s.revocationCatchUp(ctx, snap)
 	if err != nil {
 		sub.mu.Lock()
-		sub.behind = true
+		sub.behind = catchUpSubscribe
 		sub.mu.Unlock()
 		time.AfterFunc(revFeedRetry, func() { f.kick(sub) })
-		return &gatewayv1.SessionResponse{Id: id, Body: &gatewayv1.SessionResponse_Error{Error: s.sessionError(ctx, err, logkey.NodeID, sess.nodeID)}}
+		return sess.send(&gatewayv1.SessionResponse{Id: id, Body: &gatewayv1.SessionResponse_Error{Error: s.sessionError(ctx, err, logkey.NodeID, sess.nodeID)}})
 	}
-	return &gatewayv1.SessionResponse{Id: id, Body: &gatewayv1.SessionResponse_RevokedCerts{RevokedCerts: msg}}
+	s.metrics.revocationsSent(msg, catchUpSubscribe)
+	return sess.send(&gatewayv1.SessionResponse{Id: id, Body: &gatewayv1.SessionResponse_RevokedCerts{RevokedCerts: msg}})
 }
 
 func (f *revFeed) unsubscribe(sess *session) {
@@ -166,37 +188,50 @@ func (f *revFeed) unsubscribe(sess *session) {
 	f.mu.Unlock()
 }
 
+// subscribers is how many sessions are subscribed.
+func (f *revFeed) subscribers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.subs)
+}
+
 // revocationsDue returns what sub holds to send (id 0), or nil, and then
-// its drain goroutine ends. It runs on that goroutine.
-func (s *Server) revocationsDue(sub *revSub) *gatewayv1.SessionResponse {
+// its drain goroutine ends; for a catch-up, also why it is owed. It runs
+// on that goroutine.
+func (s *Server) revocationsDue(sub *revSub) (_ *gatewayv1.SessionResponse, catchUpReason string) {
 	ctx, sess := sub.sess.ctx, sub.sess
 	f := s.revfeed
 	f.mu.Lock()
 	snap := f.published
 	sub.mu.Lock()
 	behind, pending := sub.behind, sub.pending
-	sub.pending, sub.behind = nil, false
-	if !behind && len(pending) == 0 {
+	sub.pending, sub.behind = nil, ""
+	if behind == "" && len(pending) == 0 {
 		sub.draining = false
 	}
 	sub.mu.Unlock()
 	f.mu.Unlock()
-	if !behind {
+	if behind == "" {
 		if len(pending) == 0 {
-			return nil
+			return nil, ""
 		}
-		return &gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_RevokedCerts{RevokedCerts: &gatewayv1.RevokedCerts{Certs: pending}}}
+		return &gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_RevokedCerts{RevokedCerts: &gatewayv1.RevokedCerts{Certs: pending}}}, ""
 	}
 	msg, err := s.revocationCatchUp(ctx, snap)
 	if err != nil {
 		s.log.WarnContext(ctx, "revocation feed: catch-up failed; retrying", logkey.NodeID, sess.nodeID, logkey.Error, err)
 		sub.mu.Lock()
-		sub.behind, sub.draining = true, false
+		// A reason that came meanwhile is as good: the catch-up
+		// owed is one.
+		if sub.behind == "" {
+			sub.behind = behind
+		}
+		sub.draining = false
 		sub.mu.Unlock()
 		time.AfterFunc(revFeedRetry, func() { f.kick(sub) })
-		return nil
+		return nil, ""
 	}
-	return &gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_RevokedCerts{RevokedCerts: msg}}
+	return &gatewayv1.SessionResponse{Body: &gatewayv1.SessionResponse_RevokedCerts{RevokedCerts: msg}}, behind
 }
 
 // revocationCatchUp returns the revoked certificates not yet expired, from
@@ -290,9 +325,11 @@ func (f *revFeed) fanOut(certs []*gatewayv1.RevokedCert, failed bool) {
 	for _, sub := range f.subs {
 		sub.mu.Lock()
 		switch {
-		case sub.behind:
-		case failed || len(sub.pending)+len(certs) > revFeedQueueMax:
-			sub.pending, sub.behind = nil, true
+		case sub.behind != "":
+		case failed:
+			sub.pending, sub.behind = nil, catchUpReadFailed
+		case len(sub.pending)+len(certs) > revFeedQueueMax:
+			sub.pending, sub.behind = nil, catchUpFellBehind
 		default:
 			sub.pending = append(sub.pending, certs...)
 		}

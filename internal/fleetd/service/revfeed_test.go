@@ -1,6 +1,7 @@
 package service_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -89,6 +90,19 @@ func testRevocationFeed(t *testing.T, grpcSessions bool) {
 
 	// C subscribes now: its catch-up holds B.
 	wantSerials(t, "catch-up after B's revocation", subscribe(t, streamC, 6), b)
+	// Served at /metrics: the two subscribers, their catch-ups and the
+	// one certificate pushed (counted as their writes start).
+	for _, want := range []string{
+		"nodetrust_revocation_feed_subscribers 2",
+		`nodetrust_revocation_feed_catchups_total{reason="subscribe"} 2`,
+		"nodetrust_revocation_feed_certs_pushed_total 1",
+		"nodetrust_revocation_feed_catchups_truncated_total 0",
+	} {
+		name, _, _ := strings.Cut(want, " ")
+		if got := e.metric(t, name+" "); got != want {
+			t.Errorf("/metrics has %q, want %q", got, want)
+		}
+	}
 
 	// Both daemons go away; D is revoked meanwhile, with no subscriber;
 	// back, A catches up on it (not from the catch-up C's read left).

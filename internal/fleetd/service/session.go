@@ -421,7 +421,7 @@ func (g *gateway) onRequest(sess *session, m *gatewayv1.SessionRequest) error {
 		return nil
 	}
 	if m.GetRevocationFeed() != nil {
-		return sess.send(g.s.subscribeRevocations(sess.ctx, sess, m.Id))
+		return g.s.subscribeRevocations(sess.ctx, sess, m.Id)
 	}
 	return sess.send(g.handle(sess.ctx, sess.caller, sess.book, m))
 }

@@ -2,6 +2,7 @@ package service_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,9 @@ func testSessionRefusesDeadCertificates(t *testing.T, grpcSessions bool) {
 		kill func(t *testing.T, e *env, n *node)
 		code codes.Code
 		msg  string
+		// pushback is the grpc-retry-pushback-ms the session ends
+		// with (the gRPC trailer, or the framed SessionEnd's field).
+		pushback string
 	}{
 		{
 			name: "a revoked certificate",
@@ -126,6 +130,13 @@ func testSessionRefusesDeadCertificates(t *testing.T, grpcSessions bool) {
 			kill: func(t *testing.T, e *env, n *node) { e.store.FailNext("GetCert", storefault.ErrInjected) },
 			code: codes.Unavailable, msg: "get certificate: the store failed; retry",
 		},
+		{
+			name: "a certificate the store cannot be reached to check",
+			kill: func(t *testing.T, e *env, n *node) {
+				e.store.FailNext("GetCert", fmt.Errorf("%w: connection refused", store.ErrUnavailable))
+			},
+			code: codes.Unavailable, msg: "get certificate: the store failed; retry", pushback: "5000",
+		},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -142,6 +153,9 @@ func testSessionRefusesDeadCertificates(t *testing.T, grpcSessions bool) {
 			_, err = stream.Recv()
 			wantStatus(t, err, tc.code, strings.Replace(tc.msg, "%s", n.serial(), 1))
 			e.wantFired(t)
+			if got := endPushback(t, stream, err); got != tc.pushback {
+				t.Errorf("the session ended with pushback %q ms, want %q", got, tc.pushback)
+			}
 		})
 	}
 }
