@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/nodetrust/nodetrust/api/gatewayv1"
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/api/sessionframe"
 	"github.com/nodetrust/nodetrust/internal/bcd/config"
 	"github.com/nodetrust/nodetrust/internal/bcd/identity"
 	"github.com/nodetrust/nodetrust/internal/logkey"
@@ -112,6 +114,11 @@ type NodeConfig struct {
 	// TransportGRPC (the gRPC Session always).
 	SessionTransport string
 
+	// sleep waits before the next session (default: a timer that ends
+	// early with ctx); tests set it (export_test.go) to see the wait the
+	// agent chose without spending it.
+	sleep func(ctx context.Context, d time.Duration) error
+
 	// PeerRevoked, when set, subscribes the session to the control plane's
 	// revocation feed and is told each revoked certificate of another node
 	// (its node id, serial in lower-case hex, and expiry, zero when
@@ -147,6 +154,9 @@ func (c *NodeConfig) defaults() {
 	}
 	if c.SessionTransport == "" {
 		c.SessionTransport = TransportFramed
+	}
+	if c.sleep == nil {
+		c.sleep = sleep
 	}
 }
 
@@ -213,9 +223,10 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 		if xerr := n.expired(ctx, n.lastErr); xerr != nil {
 			return xerr
 		}
-		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", reconnect.String(), logkey.Error, err)
+		wait := reconnectWait(reconnect, sessionPushback(err))
+		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", wait.String(), logkey.Error, err)
 		n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
-		if err := sleep(ctx, reconnect); err != nil {
+		if err := c.sleep(ctx, wait); err != nil {
 			return nil
 		}
 		reconnect = min(reconnect*2, 30*time.Second)
@@ -284,7 +295,16 @@ func (n *node) session(ctx context.Context, sessions *sessionDialer) error {
 	}
 	defer end()
 	if err := stream.Send(&gatewayv1.SessionRequest{Id: 1, Body: &gatewayv1.SessionRequest_Hello{Hello: &gatewayv1.Hello{DaemonVersion: n.c.Version, InstanceId: n.instance}}}); err != nil {
-		return n.streamErr(ctx, stream, err)
+		// The server may have ended the session before it read the
+		// Hello (it checks the certificate first): a gRPC stream's Send
+		// then says io.EOF, and its Recv, which returns at once, says
+		// why, with the trailer's pushback.
+		if errors.Is(err, io.EOF) {
+			if _, rerr := stream.Recv(); rerr != nil && !errors.Is(rerr, io.EOF) {
+				return n.streamErr(ctx, stream, rerr)
+			}
+		}
+		return n.streamErr(ctx, nil, err)
 	}
 	first, err := stream.Recv()
 	if err != nil {
@@ -476,8 +496,12 @@ func (n *node) session(ctx context.Context, sessions *sessionDialer) error {
 	}
 }
 
-// streamErr classifies a broken session: a refused certificate is final.
-func (n *node) streamErr(ctx context.Context, _ sessionStream, err error) error {
+// streamErr classifies a broken session: a refused certificate is final,
+// and a session the server ended with a pushback comes back as an
+// *endedError carrying it. stream is the session whose Recv returned err,
+// or nil when err came from elsewhere (its gRPC trailer may be read only
+// once Recv failed).
+func (n *node) streamErr(ctx context.Context, stream sessionStream, err error) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -487,7 +511,60 @@ func (n *node) streamErr(ctx context.Context, _ sessionStream, err error) error 
 		n.journal(ctx, JournalRefused, msg)
 		return fmt.Errorf("%w: %s; it can never renew; join again: %s", ErrRefused, msg, identity.WayBack(n.state().Identity.Attestor))
 	}
+	if d := endPushback(stream, err); d > 0 {
+		return &endedError{err: err, pushback: d}
+	}
 	return err
+}
+
+// endPushback is how long the server asked the node to stay away when it
+// ended the session with err (its store is unreachable, say): the framed
+// session's SessionEnd.retry_pushback_ms (a *sessionframe.EndError), or
+// the gRPC Session's grpc-retry-pushback-ms trailer, read from stream
+// (nil: none). Zero when the server gave none.
+func endPushback(stream sessionStream, err error) time.Duration {
+	if end, ok := errors.AsType[*sessionframe.EndError](err); ok {
+		return end.RetryPushback
+	}
+	if t, ok := stream.(interface{ Trailer() metadata.MD }); ok {
+		if d, ok := pushback(t.Trailer()); ok {
+			return d
+		}
+	}
+	return 0
+}
+
+// endedError is a session the server ended asking the node to wait
+// pushback before it opens the next one.
+type endedError struct {
+	err      error
+	pushback time.Duration
+}
+
+func (e *endedError) Error() string { return e.err.Error() }
+func (e *endedError) Unwrap() error { return e.err }
+
+// sessionPushback is the server's pushback carried by a session's error
+// (streamErr), or zero.
+func sessionPushback(err error) time.Duration {
+	if e, ok := errors.AsType[*endedError](err); ok {
+		return e.pushback
+	}
+	return 0
+}
+
+// maxReconnectPushback bounds how long a server's pushback keeps the node
+// from its next session: the pushback comes from the network and may be
+// a bug's or a hostile server's, and a node that stays away longer may
+// miss its renewal. Ten minutes is the renewal backoff's default ceiling
+// (NodeConfig.BackoffMax).
+const maxReconnectPushback = 10 * time.Minute
+
+// reconnectWait is how long the agent waits before its next session: its
+// own backoff, or the server's pushback (capped at maxReconnectPushback)
+// when that is longer.
+func reconnectWait(backoff, pushback time.Duration) time.Duration {
+	return max(backoff, min(pushback, maxReconnectPushback))
 }
 
 // expired returns ErrExpired, with the way back, once the current

@@ -449,6 +449,56 @@ func TestSessionReconnectsAfterTheServerRestarts(t *testing.T) {
 	}
 }
 
+// TestSessionEndPushbackIsWaitedOut: the control plane ends the session
+// at its start because its store cannot be reached, asking the node to
+// stay away 5 s (the gRPC Session's grpc-retry-pushback-ms trailer, the
+// framed session's SessionEnd.retry_pushback_ms); the agent waits that
+// long, not its own first backoff of 1 s, before the next session. A
+// store failure without a pushback keeps the 1 s.
+func TestSessionEndPushbackIsWaitedOut(t *testing.T) {
+	cases := []struct {
+		name  string
+		fault error
+		want  time.Duration
+	}{
+		{name: "store unreachable", fault: fmt.Errorf("%w: connection refused", store.ErrUnavailable), want: 5 * time.Second},
+		{name: "store failed", fault: storefault.ErrInjected, want: time.Second},
+	}
+	for _, transport := range []string{agent.TransportFramed, agent.TransportGRPC} {
+		for _, tc := range cases {
+			t.Run(transport+"/"+tc.name, func(t *testing.T) {
+				cp := startControlPlane(t)
+				dir, _ := cp.joinNode(t, false)
+				w := newWatch()
+				c := cp.nodeConfig(dir, w)
+				c.SessionTransport = transport
+				waits := make(chan time.Duration, 16)
+				agent.SetSleep(&c, func(ctx context.Context, d time.Duration) error {
+					waits <- d
+					return ctx.Err()
+				})
+				cp.store.FailNext("GetCert", tc.fault)
+				runNode(t, c)
+				w.sessionOpen(t)
+				if u := cp.store.Unfired(); len(u) > 0 {
+					t.Fatalf("store faults never reached: %v", u)
+				}
+				select {
+				case got := <-waits:
+					if got != tc.want {
+						t.Errorf("the agent waited %v before the next session, want %v", got, tc.want)
+					}
+				default:
+					t.Fatal("a session opened without a wait after the lost one")
+				}
+				if got := w.sessionTransports(); !slices.Equal(got, []string{transport}) {
+					t.Errorf("sessions over %q, want one over %s", got, transport)
+				}
+			})
+		}
+	}
+}
+
 func TestRunNodeWithoutAnIdentity(t *testing.T) {
 	cp := startControlPlane(t)
 	err := agent.RunNode(t.Context(), cp.nodeConfig(t.TempDir(), newWatch()))
