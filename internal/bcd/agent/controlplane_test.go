@@ -201,6 +201,7 @@ type watch struct {
 	mu         sync.Mutex
 	msgs       []string
 	transports []string // each opened session's, in order
+	retryIn    []string // each "session lost, reconnecting"'s retry_in
 }
 
 func newWatch() *watch {
@@ -228,6 +229,14 @@ func (w *watch) Handle(_ context.Context, r slog.Record) error {
 		})
 		w.transports = append(w.transports, tr)
 	}
+	if r.Message == "session lost, reconnecting" {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "retry_in" {
+				w.retryIn = append(w.retryIn, a.Value.String())
+			}
+			return true
+		})
+	}
 	w.mu.Unlock()
 	if r.Message == "session open" {
 		w.opened <- struct{}{}
@@ -243,6 +252,13 @@ func (w *watch) sessionTransports() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return slices.Clone(w.transports)
+}
+
+// retryIns returns the retry_in of each lost session logged so far.
+func (w *watch) retryIns() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.retryIn)
 }
 
 // logged reports how many times msg was logged.

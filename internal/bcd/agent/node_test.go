@@ -453,8 +453,9 @@ func TestSessionReconnectsAfterTheServerRestarts(t *testing.T) {
 // at its start because its store cannot be reached, asking the node to
 // stay away 5 s (the gRPC Session's grpc-retry-pushback-ms trailer, the
 // framed session's SessionEnd.retry_pushback_ms); the agent waits that
-// long, not its own first backoff of 1 s, before the next session. A
-// store failure without a pushback keeps the 1 s.
+// long, not its own first backoff of 1 s, before the next session, and
+// logs that wait as retry_in. A store failure without a pushback keeps
+// the 1 s.
 func TestSessionEndPushbackIsWaitedOut(t *testing.T) {
 	cases := []struct {
 		name  string
@@ -490,6 +491,9 @@ func TestSessionEndPushbackIsWaitedOut(t *testing.T) {
 					}
 				default:
 					t.Fatal("a session opened without a wait after the lost one")
+				}
+				if got, want := w.retryIns(), []string{tc.want.String()}; !slices.Equal(got, want) {
+					t.Errorf("lost sessions logged retry_in %q, want %q", got, want)
 				}
 				if got := w.sessionTransports(); !slices.Equal(got, []string{transport}) {
 					t.Errorf("sessions over %q, want one over %s", got, transport)
