@@ -6,27 +6,17 @@
 package benchcpu
 
 import (
-	"syscall"
 	"testing"
-	"time"
-)
 
-// Process returns this process's CPU time so far, user and system, all
-// threads; zero if the kernel does not say.
-func Process() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+	"github.com/nodetrust/nodetrust/internal/cputime"
+)
 
 // Start begins measuring b's CPU time; the function it returns reports
 // the CPU time per operation since Start as the metric "cpu-ns/op". Call
 // it where the timed part ends.
 func Start(b *testing.B) (report func()) {
-	start := Process()
+	start := cputime.Process()
 	return func() {
-		b.ReportMetric(float64(Process()-start)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(cputime.Process()-start)/float64(b.N), "cpu-ns/op")
 	}
 }

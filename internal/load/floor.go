@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodetrust/nodetrust/api/joinv1"
+	"github.com/nodetrust/nodetrust/internal/cputime"
 	"github.com/nodetrust/nodetrust/pki"
 	"github.com/nodetrust/nodetrust/pki/joinresponse"
 	"github.com/nodetrust/nodetrust/pki/tlspin"
@@ -219,13 +220,13 @@ func cpuPerOp(fn func() error, d time.Duration) (float64, error) {
 	n := max(3, int(d/floorBatches/one))
 	per := make([]float64, 0, floorBatches)
 	for range floorBatches {
-		c0 := selfCPU()
+		c0 := cputime.Process()
 		for range n {
 			if err := fn(); err != nil {
 				return 0, err
 			}
 		}
-		per = append(per, float64(selfCPU()-c0)/float64(time.Microsecond)/float64(n))
+		per = append(per, float64(cputime.Process()-c0)/float64(time.Microsecond)/float64(n))
 	}
 	slices.Sort(per)
 	return per[len(per)/2], nil
@@ -275,7 +276,7 @@ func handshakeCPU(ctx context.Context, a *pki.Authority, clientCert *tls.Certifi
 			err error
 		}
 		done := make(chan end, 1)
-		p0 := selfCPU()
+		p0 := cputime.Process()
 		go func() {
 			runtime.LockOSThread()
 			// Unlock before the goroutine ends, or the runtime ends its
@@ -290,7 +291,7 @@ func handshakeCPU(ctx context.Context, a *pki.Authority, clientCert *tls.Certifi
 		cerr := tls.Client(cc, ccfg).HandshakeContext(ctx)
 		cli = threadCPU() - t0
 		s := <-done
-		pair = selfCPU() - p0
+		pair = cputime.Process() - p0
 		if err := errors.Join(cerr, s.err); err != nil {
 			return 0, 0, 0, err
 		}

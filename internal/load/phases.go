@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/nodetrust/nodetrust/internal/cputime"
 )
 
 // runner holds what the phases share.
@@ -141,7 +143,7 @@ func (r *runner) measure(p *phase, body func()) PhaseResult {
 		peakReset = resetPeaks(pids) == nil
 		before, _ = sampleProcs(pids)
 	}
-	tool0 := selfCPU()
+	tool0 := cputime.Process()
 	stop := make(chan struct{})
 	watched := make(chan struct{})
 	p.ctr.start = time.Now()
@@ -151,7 +153,7 @@ func (r *runner) measure(p *phase, body func()) PhaseResult {
 	close(stop)
 	<-watched
 	res := p.result(elapsed)
-	res.ToolCPUSeconds = (selfCPU() - tool0).Seconds()
+	res.ToolCPUSeconds = (cputime.Process() - tool0).Seconds()
 	if len(pids) > 0 {
 		if after, err := sampleProcs(pids); err == nil {
 			res.Server = &ServerUsage{

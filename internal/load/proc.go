@@ -130,15 +130,6 @@ func resetPeak(pid int) error {
 	return nil
 }
 
-// selfCPU is this process's CPU time, all threads.
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // raiseNoFile raises RLIMIT_NOFILE's soft limit to the hard limit, and,
 // when the hard limit is below need and the process may, the hard limit
 // to need. A child started afterwards (fleetd) inherits the result.
