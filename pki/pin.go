@@ -127,4 +127,6 @@ func (p *Pin) UnmarshalText(b []byte) error {
 // it: lower-case hex of the number's big-endian bytes.
 func SerialHex(c *x509.Certificate) string { return serialHex(c.SerialNumber) }
 
+// serialHex is SerialHex of a serial number not yet parsed into a
+// certificate (IssuedLeaf.SerialHex).
 func serialHex(n *big.Int) string { return hex.EncodeToString(n.Bytes()) }

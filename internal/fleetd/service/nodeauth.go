@@ -21,8 +21,8 @@ import (
 // authedNode is a node authenticated by its certificate on this call.
 type authedNode struct {
 	// leaf is the certificate the node authenticated with; nil in the
-	// authedNode knownNode makes for a certificate issued on the
-	// connection, which is never parsed.
+	// owner known makes for a certificate issued on the connection,
+	// which is never parsed.
 	leaf *x509.Certificate
 	info pki.NodeCertInfo
 	node store.Node
@@ -34,35 +34,33 @@ type authedNode struct {
 	issuedInfo pki.NodeCertInfo
 }
 
-// knownNode returns the caller as the owner of der when der is the
-// certificate this connection proved or was issued, else nil.
-func (a *authedNode) knownNode(der []byte) *authedNode {
-	switch {
-	case bytes.Equal(der, a.leaf.Raw):
-		return a
-	case a.issued != nil && bytes.Equal(der, a.issued.Raw):
-		return &authedNode{info: a.issuedInfo, node: a.node}
-	}
-	return nil
-}
-
 // heldCert is what a renewal reads of the certificate it renews.
 type heldCert struct {
 	publicKey           crypto.PublicKey
 	notBefore, notAfter time.Time
+	// owner is the caller, as the certificate names it, when the
+	// certificate is the one this connection proved in its handshake or
+	// was issued on it: such a certificate needs neither a store look-up
+	// nor the renewal proof. Nil for any other certificate.
+	owner *authedNode
 	// parsed is the certificate parsed; nil for one issued on the
-	// connection.
+	// connection, never nil when owner is nil.
 	parsed *x509.Certificate
 }
 
 // known returns the caller's TLS certificate or the one issued to it on
-// this connection when der is one of them.
+// this connection, with its owner, when der is one of them.
 func (a *authedNode) known(der []byte) (heldCert, bool) {
 	if bytes.Equal(der, a.leaf.Raw) {
-		return heldOf(a.leaf), true
+		held := heldOf(a.leaf)
+		held.owner = a
+		return held, true
 	}
 	if l := a.issued; l != nil && bytes.Equal(der, l.Raw) {
-		return heldCert{publicKey: l.PublicKey, notBefore: l.NotBefore, notAfter: l.NotAfter}, true
+		return heldCert{
+			publicKey: l.PublicKey, notBefore: l.NotBefore, notAfter: l.NotAfter,
+			owner: &authedNode{info: a.issuedInfo, node: a.node},
+		}, true
 	}
 	return heldCert{}, false
 }

@@ -63,7 +63,7 @@ func (s *Server) renewOnce(ctx context.Context, caller *authedNode, req *joinv1.
 	// lookup: RecordRenewal refuses the renewal if the node's generation
 	// moved since (revoked, reclaimed or deleted; a deletion leaves a
 	// tombstone, so a re-created node never has this generation).
-	cur := caller.knownNode(req.Chain[0])
+	cur := held.owner
 	// Nor does it need the renewal proof: the connection's handshake
 	// proved the key of its certificate, and one issued on the connection
 	// was issued to its holder (docs/performance.md, "The renewal proof

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -378,6 +379,64 @@ func TestRenewalProofOnlyForACertificateTheConnectionDidNotProve(t *testing.T) {
 			t.Errorf("revocation audit %+v, want one by fleetd", a)
 		}
 	})
+}
+
+// TestRenewalOfACertificateIssuedOnTheSessionIsChecked: a certificate
+// issued on the session is never parsed again (its key and validity are
+// read from what was signed), and it still gets the refusals a parsed one
+// gets: a CSR for its own key, and a renewal after it expired.
+func TestRenewalOfACertificateIssuedOnTheSessionIsChecked(t *testing.T) {
+	cases := []struct {
+		name string
+		// edit prepares the renewal r of next, the certificate issued on
+		// the session.
+		edit func(t *testing.T, e *env, next *node, r *renewal)
+		code codes.Code
+		msg  string
+	}{
+		{
+			name: "a CSR for the key the issued certificate already has",
+			edit: func(t *testing.T, e *env, next *node, r *renewal) {
+				csr, err := pki.CreateCSR(next.key)
+				if err != nil {
+					t.Fatal(err)
+				}
+				r.req.Csr = csr
+			},
+			code: codes.InvalidArgument, msg: "the renewal must certify a new key",
+		},
+		{
+			name: "the issued certificate after it expired",
+			edit: func(t *testing.T, e *env, next *node, r *renewal) {
+				e.clock.Advance(next.leaf.Leaf.NotAfter.Sub(e.clock.Now()) + time.Second)
+				r.req.ClientTimeUnixNano = e.clock.Now().UnixNano()
+			},
+			code: codes.Unauthenticated, msg: "the current certificate is not valid now (expired certificates cannot renew: join again)",
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			n := e.newNode(t, "web")
+			_, gw := e.nodeClients(t, n)
+			stream, _ := openSession(t, gw, "proc-a")
+			r := e.renewal(t, n)
+			m := call(t, stream, &gatewayv1.SessionRequest{Id: 2, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
+			if m.GetRenew() == nil {
+				t.Fatalf("answer %v, want a renewal", m)
+			}
+			next := e.renewed(t, n, r, m.GetRenew().Signed)
+			r = e.renewal(t, next)
+			tc.edit(t, e, next, r)
+			m = call(t, stream, &gatewayv1.SessionRequest{Id: 3, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
+			if e := m.GetError(); e == nil || codes.Code(e.Code) != tc.code || !strings.Contains(e.Message, tc.msg) {
+				t.Fatalf("answer %v, want %s containing %q", m, tc.code, tc.msg)
+			}
+			if got := e.storedNode(t, n.id); got.CertSerial != next.serial() {
+				t.Errorf("node's certificate after a refused renewal: %s, want the issued %s", got.CertSerial, next.serial())
+			}
+		})
+	}
 }
 
 func TestRenewWithoutANodeCertificate(t *testing.T) {
