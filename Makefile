@@ -72,9 +72,11 @@ fuzz-ci:
 
 # Each hot-path benchmark for one iteration, so none rots, printing its
 # figures (docs/performance.md): the join handler, the renewal handler, a
-# held session, a leaf's signing and a call from a known machine.
+# held session, the store's writes of a join and a renewal, a leaf's
+# signing and a call from a known machine.
 bench-smoke:
 	$(GO) test -run '^$$' -benchtime 1x -bench 'Join|RenewVerify|SessionHold' ./internal/fleetd/service/
+	$(GO) test -run '^$$' -benchtime 1x -bench 'CompleteJoin|RecordRenewal' ./internal/fleetd/store/sqlite/ ./internal/benchcpu/
 	$(GO) test -run '^$$' -benchtime 1x -bench 'Issue|Sign' ./pki/ ./pki/joinresponse/
 	$(GO) test -run '^$$' -benchtime 1x -bench 'VerifyRemoteCached|VerifyMachineProof' ./callsig/
 

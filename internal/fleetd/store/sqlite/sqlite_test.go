@@ -499,10 +499,9 @@ func BenchmarkCompleteJoin(b *testing.B) {
 		db, joins := benchSetup(b)
 		var next, commits atomic.Int64
 		db.beforeCommit = func(*sql.Tx, int) { commits.Add(1) }
-		b.SetParallelism(benchInFlight / runtime.GOMAXPROCS(0))
+		b.SetParallelism(benchParallelism())
 		b.ResetTimer()
-		defer benchcpu.Start(b)()
-		defer func() { b.ReportMetric(float64(b.N)/float64(max(commits.Load(), 1)), "joins/commit") }()
+		reportCPU := benchcpu.Start(b)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if err := db.CompleteJoin(context.Background(), joins[next.Add(1)-1]); err != nil {
@@ -511,6 +510,8 @@ func BenchmarkCompleteJoin(b *testing.B) {
 				}
 			}
 		})
+		reportCPU()
+		b.ReportMetric(float64(b.N)/float64(max(commits.Load(), 1)), "joins/commit")
 	})
 }
 
@@ -564,9 +565,9 @@ func BenchmarkRecordRenewal(b *testing.B) {
 		// As the server renews: under a limit (here one never reached),
 		// counted in the transaction.
 		limit := store.RenewalLimit{Max: b.N + 1, Window: time.Hour}
-		b.SetParallelism(benchInFlight / runtime.GOMAXPROCS(0))
+		b.SetParallelism(benchParallelism())
 		b.ResetTimer()
-		defer benchcpu.Start(b)()
+		reportCPU := benchcpu.Start(b)
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
 				if err := db.RecordRenewalLimited(context.Background(), certs[next.Add(1)-1], limit, nil); err != nil {
@@ -575,6 +576,7 @@ func BenchmarkRecordRenewal(b *testing.B) {
 				}
 			}
 		})
+		reportCPU()
 		b.ReportMetric(float64(b.N)/float64(max(commits.Load(), 1)), "renewals/commit")
 	})
 	// limited is serial under a renewal limit the renewals stay within,
@@ -587,23 +589,39 @@ func BenchmarkRecordRenewal(b *testing.B) {
 		// Room for every renewal the benchmark makes: at most
 		// renewalsInWindow + ceil(b.N/renewalBenchNodes) per node.
 		limit := store.RenewalLimit{Max: renewalsInWindow + b.N/renewalBenchNodes + 2, Window: time.Hour}
-		for i := range renewalBenchNodes * renewalsInWindow {
-			c := certs[0]
-			c.Serial = fmt.Sprintf("e%015x", i)
-			c.NodeID = fmt.Sprintf("node-%08d", i%renewalBenchNodes)
-			c.IssuedAt = c.IssuedAt.Add(-time.Minute)
-			if err := db.RecordRenewal(context.Background(), c, nil); err != nil {
-				b.Fatal(err)
-			}
+		// The earlier renewals, benchInFlight at a time so that they
+		// share commits and setup stays quick.
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, benchInFlight)
+		for range benchInFlight {
+			wg.Go(func() {
+				for i := int(next.Add(1) - 1); i < renewalBenchNodes*renewalsInWindow; i = int(next.Add(1) - 1) {
+					c := certs[0]
+					c.Serial = fmt.Sprintf("e%015x", i)
+					c.NodeID = fmt.Sprintf("node-%08d", i%renewalBenchNodes)
+					c.IssuedAt = c.IssuedAt.Add(-time.Minute)
+					if err := db.RecordRenewal(context.Background(), c, nil); err != nil {
+						errs <- err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		if err := <-errs; err != nil {
+			b.Fatal(err)
 		}
 		b.ReportAllocs()
 		b.ResetTimer()
-		defer benchcpu.Start(b)()
+		reportCPU := benchcpu.Start(b)
 		for i := range b.N {
 			if err := db.RecordRenewalLimited(context.Background(), certs[i], limit, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
+		reportCPU()
 	})
 }
 
@@ -611,6 +629,14 @@ func BenchmarkRecordRenewal(b *testing.B) {
 // at once (at least one per CPU), as nodetrust-load does by default: the
 // group commit's batches are what they would be under that load.
 const benchInFlight = 64
+
+// benchParallelism is the b.SetParallelism that keeps at least
+// benchInFlight calls in flight: RunParallel starts that many goroutines
+// per GOMAXPROCS.
+func benchParallelism() int {
+	procs := runtime.GOMAXPROCS(0)
+	return (benchInFlight + procs - 1) / procs
+}
 
 // renewalBenchNodes is the number of joined nodes the renewals of
 // BenchmarkRecordRenewal are spread over.
