@@ -223,7 +223,7 @@ func RunNode(ctx context.Context, c NodeConfig) error {
 		if xerr := n.expired(ctx, n.lastErr); xerr != nil {
 			return xerr
 		}
-		wait := reconnectWait(reconnect, sessionPushback(err))
+		wait := reconnectWait(reconnect, sessionPushback(err), n.state().Leaf.NotAfter.Sub(c.Now()))
 		n.log.WarnContext(ctx, "session lost, reconnecting", "retry_in", wait.String(), logkey.Error, err)
 		n.learnEndpoints(ctx, joinv1.NewJoinServiceClient(conn), endpoints)
 		if err := c.sleep(ctx, wait); err != nil {
@@ -561,10 +561,13 @@ func sessionPushback(err error) time.Duration {
 const maxReconnectPushback = 10 * time.Minute
 
 // reconnectWait is how long the agent waits before its next session: its
-// own backoff, or the server's pushback (capped at maxReconnectPushback)
-// when that is longer.
-func reconnectWait(backoff, pushback time.Duration) time.Duration {
-	return max(backoff, min(pushback, maxReconnectPushback))
+// own backoff, or the server's pushback when that is longer. The pushback
+// is capped at maxReconnectPushback and at half of left, the time until
+// the current certificate expires, so that a node the server sends away
+// near the end of its certificate still comes back while it can renew
+// (a certificate with a short lifetime, or one whose renewals failed).
+func reconnectWait(backoff, pushback, left time.Duration) time.Duration {
+	return max(backoff, min(pushback, maxReconnectPushback, max(left/2, 0)))
 }
 
 // expired returns ErrExpired, with the way back, once the current

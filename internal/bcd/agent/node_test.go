@@ -460,19 +460,27 @@ func TestSessionEndPushbackIsWaitedOut(t *testing.T) {
 	cases := []struct {
 		name  string
 		fault error
-		want  time.Duration
+		// left, when set, is how long the node's certificate has left
+		// by the node's clock.
+		left time.Duration
+		want time.Duration
 	}{
 		{name: "store unreachable", fault: fmt.Errorf("%w: connection refused", store.ErrUnavailable), want: 5 * time.Second},
 		{name: "store failed", fault: storefault.ErrInjected, want: time.Second},
+		// A pushback takes at most half of what the certificate has left.
+		{name: "store unreachable near the certificate's end", fault: fmt.Errorf("%w: connection refused", store.ErrUnavailable), left: 6 * time.Second, want: 3 * time.Second},
 	}
 	for _, transport := range []string{agent.TransportFramed, agent.TransportGRPC} {
 		for _, tc := range cases {
 			t.Run(transport+"/"+tc.name, func(t *testing.T) {
 				cp := startControlPlane(t)
-				dir, _ := cp.joinNode(t, false)
+				dir, st := cp.joinNode(t, false)
 				w := newWatch()
 				c := cp.nodeConfig(dir, w)
 				c.SessionTransport = transport
+				if tc.left != 0 {
+					c.Now = func() time.Time { return st.Leaf.NotAfter.Add(-tc.left) }
+				}
 				waits := make(chan time.Duration, 16)
 				agent.SetSleep(&c, func(ctx context.Context, d time.Duration) error {
 					waits <- d

@@ -11,18 +11,25 @@ import (
 // maxReconnectPushback (a hostile or broken server cannot park the node
 // for a day).
 func TestReconnectWait(t *testing.T) {
+	const day = 24 * time.Hour
 	cases := []struct {
-		backoff, pushback, want time.Duration
+		backoff, pushback, left, want time.Duration
 	}{
-		{time.Second, 0, time.Second},
-		{time.Second, 5 * time.Second, 5 * time.Second},
-		{30 * time.Second, 5 * time.Second, 30 * time.Second},
-		{time.Second, 24 * time.Hour, maxReconnectPushback},
-		{30 * time.Second, 1 << 62, maxReconnectPushback},
+		{time.Second, 0, day, time.Second},
+		{time.Second, 5 * time.Second, day, 5 * time.Second},
+		{30 * time.Second, 5 * time.Second, day, 30 * time.Second},
+		{time.Second, day, day, maxReconnectPushback},
+		{30 * time.Second, 1 << 62, day, maxReconnectPushback},
+		// Near the certificate's end a pushback takes at most half of
+		// what is left; the node's own backoff is unchanged.
+		{time.Second, 5 * time.Minute, 6 * time.Minute, 3 * time.Minute},
+		{time.Second, day, 4 * time.Minute, 2 * time.Minute},
+		{30 * time.Second, day, 20 * time.Second, 30 * time.Second},
+		{time.Second, day, -time.Minute, time.Second},
 	}
 	for _, tc := range cases {
-		if got := reconnectWait(tc.backoff, tc.pushback); got != tc.want {
-			t.Errorf("reconnectWait(%v, %v) = %v, want %v", tc.backoff, tc.pushback, got, tc.want)
+		if got := reconnectWait(tc.backoff, tc.pushback, tc.left); got != tc.want {
+			t.Errorf("reconnectWait(%v, %v, %v) = %v, want %v", tc.backoff, tc.pushback, tc.left, got, tc.want)
 		}
 	}
 	if maxReconnectPushback != 10*time.Minute {
