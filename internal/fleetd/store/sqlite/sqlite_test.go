@@ -563,8 +563,9 @@ func BenchmarkRecordRenewal(b *testing.B) {
 		var next, commits atomic.Int64
 		db.beforeCommit = func(*sql.Tx, int) { commits.Add(1) }
 		// As the server renews: under a limit (here one never reached),
-		// counted in the transaction.
-		limit := store.RenewalLimit{Max: b.N + 1, Window: time.Hour}
+		// counted in the transaction, each node holding about
+		// renewalsInWindow earlier renewals in the window.
+		limit := store.RenewalLimit{Max: b.N + 1, Window: renewalBenchWindow}
 		b.SetParallelism(benchParallelism())
 		b.ResetTimer()
 		reportCPU := benchcpu.Start(b)
@@ -581,14 +582,12 @@ func BenchmarkRecordRenewal(b *testing.B) {
 	})
 	// limited is serial under a renewal limit the renewals stay within,
 	// each node holding renewalsInWindow earlier renewals in the window
-	// (the production limit is 6): the count the limit makes in the
-	// transaction.
+	// from the start: the count the limit makes in the transaction.
 	b.Run("limited", func(b *testing.B) {
 		db, certs := renewalBenchSetup(b)
-		const renewalsInWindow = 5
-		// Room for every renewal the benchmark makes: at most
-		// renewalsInWindow + ceil(b.N/renewalBenchNodes) per node.
-		limit := store.RenewalLimit{Max: renewalsInWindow + b.N/renewalBenchNodes + 2, Window: time.Hour}
+		// Room for every renewal: the earlier ones, then at most
+		// renewalsInWindow of the benchmark's own per node.
+		limit := store.RenewalLimit{Max: 2*renewalsInWindow + 2, Window: renewalBenchWindow}
 		// The earlier renewals, benchInFlight at a time so that they
 		// share commits and setup stays quick.
 		var next atomic.Int64
@@ -600,7 +599,7 @@ func BenchmarkRecordRenewal(b *testing.B) {
 					c := certs[0]
 					c.Serial = fmt.Sprintf("e%015x", i)
 					c.NodeID = fmt.Sprintf("node-%08d", i%renewalBenchNodes)
-					c.IssuedAt = c.IssuedAt.Add(-time.Minute)
+					c.IssuedAt = c.IssuedAt.Add(-time.Millisecond)
 					if err := db.RecordRenewal(context.Background(), c, nil); err != nil {
 						errs <- err
 						return
@@ -641,6 +640,16 @@ func benchParallelism() int {
 // renewalBenchNodes is the number of joined nodes the renewals of
 // BenchmarkRecordRenewal are spread over.
 const renewalBenchNodes = 1024
+
+// renewalsInWindow is how many renewals of its node a renewal of
+// BenchmarkRecordRenewal finds in the limit's window (the production
+// limit is 6). The renewals are issued 1 ms apart, round the nodes, so a
+// node renews every renewalBenchNodes ms and renewalBenchWindow holds its
+// last renewalsInWindow, whatever b.N.
+const (
+	renewalsInWindow   = 5
+	renewalBenchWindow = renewalsInWindow * renewalBenchNodes * time.Millisecond
+)
 
 // renewalBenchSetup opens a store holding renewalBenchNodes joined nodes
 // and returns b.N renewals of them, each with its own serial.
