@@ -3,7 +3,6 @@ package load
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -13,11 +12,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
-)
 
-// userHZ is the unit of utime and stime in /proc/<pid>/stat (USER_HZ,
-// 100 on every Linux architecture Go supports).
-const userHZ = 100
+	"github.com/nodetrust/nodetrust/internal/cputime"
+)
 
 // procUsage is one sample of a process's CPU time and memory.
 type procUsage struct {
@@ -33,7 +30,7 @@ func sampleProc(pid int) (procUsage, error) {
 	if err != nil {
 		return u, fmt.Errorf("read the server's CPU time: %w", err)
 	}
-	if u.CPU, err = parseStatCPU(b); err != nil {
+	if u.CPU, err = cputime.ParseStat(b); err != nil {
 		return u, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
 	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -42,27 +39,6 @@ func sampleProc(pid int) (procUsage, error) {
 	}
 	u.HWM, u.RSS = parseStatusMem(b)
 	return u, nil
-}
-
-// parseStatCPU returns utime+stime from the content of /proc/<pid>/stat.
-// The command name (field 2) may hold spaces and parentheses, so fields
-// are counted from the last ')'.
-func parseStatCPU(b []byte) (time.Duration, error) {
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, errors.New("no command name")
-	}
-	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); utime is field 14, stime field 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("%d fields after the command name, want at least 13", len(f))
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("utime/stime: %w", err)
-	}
-	return time.Duration(ut+st) * time.Second / userHZ, nil
 }
 
 // parseStatusMem returns VmHWM and VmRSS in bytes from the content of

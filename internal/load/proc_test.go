@@ -6,21 +6,6 @@ import (
 	"time"
 )
 
-func TestParseStatCPU(t *testing.T) {
-	// A command name with a space and a parenthesis; utime 250, stime 50.
-	stat := "1234 (fleetd (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 0 0\n"
-	got, err := parseStatCPU([]byte(stat))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := 3 * time.Second; got != want {
-		t.Errorf("CPU %s, want %s", got, want)
-	}
-	if _, err := parseStatCPU([]byte("1234 (x) S 1")); err == nil {
-		t.Error("a short stat line parsed")
-	}
-}
-
 func TestParseStatusMem(t *testing.T) {
 	hwm, rss := parseStatusMem([]byte("Name:\tfleetd\nVmHWM:\t   2048 kB\nVmRSS:\t   1024 kB\nThreads:\t8\n"))
 	if hwm != 2048*1024 || rss != 1024*1024 {
