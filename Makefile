@@ -73,12 +73,14 @@ fuzz-ci:
 # Each hot-path benchmark for one iteration, so none rots, printing its
 # figures (docs/performance.md): the join handler, the renewal handler, a
 # held session, the store's writes of a join and a renewal, a leaf's
-# signing and a call from a known machine.
+# signing, a call from a known machine, and nodetrust beside SPIRE (one
+# small round; docs/performance.md has the full run's command).
 bench-smoke:
 	$(GO) test -run '^$$' -benchtime 1x -bench 'Join|RenewVerify|SessionHold' ./internal/fleetd/service/
 	$(GO) test -run '^$$' -benchtime 1x -bench 'CompleteJoin|RecordRenewal' ./internal/fleetd/store/sqlite/ ./internal/benchcpu/
 	$(GO) test -run '^$$' -benchtime 1x -bench 'Issue|Sign' ./pki/ ./pki/joinresponse/
 	$(GO) test -run '^$$' -benchtime 1x -bench 'VerifyRemoteCached|VerifyMachineProof' ./callsig/
+	$(GO) test -run '^$$' -benchtime 1x -bench 'AgainstSPIRE' ./internal/integration/ -args -peer-nodes 100
 
 # The TPM simulator needs cgo and the tpmsim build tag; release builds have
 # neither. One run builds it once for every package.

@@ -47,7 +47,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func bin(t *testing.T, name string) string {
+func bin(t testing.TB, name string) string {
 	t.Helper()
 	if buildErr != nil {
 		t.Fatalf("build the binaries: %v", buildErr)

@@ -27,7 +27,7 @@ const spireVersion = "v1.13.3"
 
 // spireBin returns the path of a SPIRE binary, or skips the test (fails
 // it under CI) when it was not built.
-func spireBin(t *testing.T, name string) string {
+func spireBin(t testing.TB, name string) string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	p := filepath.Join(filepath.Dir(file), "..", "..", ".deps", "spire", spireVersion, "bin", name)
@@ -45,15 +45,35 @@ func spireBin(t *testing.T, name string) string {
 // datastore, its API on an admin Unix socket.
 type spireServer struct {
 	dir, socket, port, trustDomain string
-	log                            *syncBuffer
-	conn                           *grpc.ClientConn
-	entries                        entryv1.EntryClient
-	agents                         agentv1.AgentClient
+	// pid is spire-server's process.
+	pid     int
+	log     *syncBuffer
+	conn    *grpc.ClientConn
+	entries entryv1.EntryClient
+	agents  agentv1.AgentClient
 }
 
-// startSPIRE starts a SPIRE server for trustDomain; it stops when the
-// test ends.
-func startSPIRE(t *testing.T, trustDomain string) *spireServer {
+// startSPIRE starts a SPIRE server for trustDomain, logging at DEBUG for
+// the tests that read its log; it stops when the test ends.
+func startSPIRE(t testing.TB, trustDomain string) *spireServer {
+	t.Helper()
+	return startSPIREWith(t, trustDomain, spireOptions{logLevel: "DEBUG", signingLimit: true})
+}
+
+// spireOptions are what differs between the SPIRE servers the tests and
+// the benchmark against SPIRE start.
+type spireOptions struct {
+	// logLevel is the server's log_level.
+	logLevel string
+	// signingLimit keeps SPIRE's per-IP limit on signing requests
+	// (RenewAgent among them), on by default in SPIRE; a benchmark whose
+	// every simulated agent is 127.0.0.1 turns it off, as nodetrust-load
+	// lifts fleetd's per-source limits.
+	signingLimit bool
+}
+
+// startSPIREWith starts a SPIRE server for trustDomain as o says.
+func startSPIREWith(t testing.TB, trustDomain string, o spireOptions) *spireServer {
 	t.Helper()
 	server := spireBin(t, "spire-server")
 	spireBin(t, "spire-agent")
@@ -70,9 +90,10 @@ func startSPIRE(t *testing.T, trustDomain string) *spireServer {
 	socket_path = %q
 	trust_domain = %q
 	data_dir = %q
-	log_level = "DEBUG"
+	log_level = %q
 	ratelimit {
 		attestation = false
+		signing = %t
 	}
 }
 plugins {
@@ -89,12 +110,12 @@ plugins {
 		plugin_data {}
 	}
 }
-`, s.port, s.socket, trustDomain, filepath.Join(dir, "data"), filepath.Join(dir, "data", "datastore.sqlite3"))
+`, s.port, s.socket, trustDomain, filepath.Join(dir, "data"), o.logLevel, o.signingLimit, filepath.Join(dir, "data", "datastore.sqlite3"))
 	cfg := filepath.Join(dir, "server.conf")
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.startProc(t, server, "run", "-config", cfg)
+	s.pid = s.startProc(t, server, "run", "-config", cfg)
 	conn, err := grpc.NewClient("unix://"+s.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +132,9 @@ plugins {
 	return s
 }
 
-func (s *spireServer) startProc(t *testing.T, path string, args ...string) {
+// startProc starts a SPIRE binary, logging to s.log, and returns its
+// process id; it is stopped when the test ends.
+func (s *spireServer) startProc(t testing.TB, path string, args ...string) int {
 	t.Helper()
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
@@ -129,11 +152,12 @@ func (s *spireServer) startProc(t *testing.T, path string, args ...string) {
 			<-done
 		}
 	})
+	return cmd.Process.Pid
 }
 
 // eventually polls cond (a state of the SPIRE server, which offers no
 // event to wait on) until it holds, failing the test after 60s.
-func (s *spireServer) eventually(t *testing.T, what string, cond func() bool) {
+func (s *spireServer) eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
@@ -144,7 +168,7 @@ func (s *spireServer) eventually(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
