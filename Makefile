@@ -77,7 +77,7 @@ fuzz-ci:
 # small round; docs/performance.md has the full run's command).
 bench-smoke:
 	$(GO) test -run '^$$' -benchtime 1x -bench 'Join|RenewVerify|SessionHold' ./internal/fleetd/service/
-	$(GO) test -run '^$$' -benchtime 1x -bench 'CompleteJoin|RecordRenewal' ./internal/fleetd/store/sqlite/ ./internal/benchcpu/
+	$(GO) test -run '^$$' -benchtime 1x -bench 'CompleteJoin|RecordRenewal|StartReports' ./internal/fleetd/store/sqlite/ ./internal/benchcpu/
 	$(GO) test -run '^$$' -benchtime 1x -bench 'Issue|Sign' ./pki/ ./pki/joinresponse/
 	$(GO) test -run '^$$' -benchtime 1x -bench 'VerifyRemoteCached|VerifyMachineProof' ./callsig/
 	$(GO) test -run '^$$' -benchtime 1x -bench 'AgainstSPIRE' ./internal/integration/ -args -peer-nodes 100

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -45,8 +46,10 @@ func spireBin(t testing.TB, name string) string {
 // datastore, its API on an admin Unix socket.
 type spireServer struct {
 	dir, socket, port, trustDomain string
-	// pid is spire-server's process.
+	// pid is spire-server's process; stop stops it (and is called when
+	// the test ends).
 	pid     int
+	stop    func()
 	log     *syncBuffer
 	conn    *grpc.ClientConn
 	entries entryv1.EntryClient
@@ -115,7 +118,7 @@ plugins {
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s.pid = s.startProc(t, server, "run", "-config", cfg)
+	s.pid, s.stop = s.startProc(t, server, "run", "-config", cfg)
 	conn, err := grpc.NewClient("unix://"+s.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -133,8 +136,9 @@ plugins {
 }
 
 // startProc starts a SPIRE binary, logging to s.log, and returns its
-// process id; it is stopped when the test ends.
-func (s *spireServer) startProc(t testing.TB, path string, args ...string) int {
+// process id and a function that stops it (interrupt, then kill after
+// 10 s), called when the test ends if not before.
+func (s *spireServer) startProc(t testing.TB, path string, args ...string) (pid int, stop func()) {
 	t.Helper()
 	cmd := exec.Command(path, args...)
 	cmd.Stdout, cmd.Stderr = s.log, s.log
@@ -143,7 +147,7 @@ func (s *spireServer) startProc(t testing.TB, path string, args ...string) int {
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
+	stop = sync.OnceFunc(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-done:
@@ -152,7 +156,8 @@ func (s *spireServer) startProc(t testing.TB, path string, args ...string) int {
 			<-done
 		}
 	})
-	return cmd.Process.Pid
+	t.Cleanup(stop)
+	return cmd.Process.Pid, stop
 }
 
 // eventually polls cond (a state of the SPIRE server, which offers no

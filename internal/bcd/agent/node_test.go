@@ -455,7 +455,8 @@ func TestSessionReconnectsAfterTheServerRestarts(t *testing.T) {
 // framed session's SessionEnd.retry_pushback_ms); the agent waits that
 // long, not its own first backoff of 1 s, before the next session, and
 // logs that wait as retry_in. A store failure without a pushback keeps
-// the 1 s.
+// the 1 s; near the certificate's end the pushback counts for at most
+// half of the time the certificate has left.
 func TestSessionEndPushbackIsWaitedOut(t *testing.T) {
 	cases := []struct {
 		name  string

@@ -9,7 +9,7 @@ import (
 // TestReconnectWait: the server's pushback lengthens the agent's own
 // backoff, never shortens it, and counts for at most
 // maxReconnectPushback (a hostile or broken server cannot park the node
-// for a day).
+// for a day) and at most half of the time the certificate has left.
 func TestReconnectWait(t *testing.T) {
 	const day = 24 * time.Hour
 	cases := []struct {

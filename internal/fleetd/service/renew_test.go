@@ -429,7 +429,7 @@ func TestRenewalOfACertificateIssuedOnTheSessionIsChecked(t *testing.T) {
 			r = e.renewal(t, next)
 			tc.edit(t, e, next, r)
 			m = call(t, stream, &gatewayv1.SessionRequest{Id: 3, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
-			if e := m.GetError(); e == nil || codes.Code(e.Code) != tc.code || !strings.Contains(e.Message, tc.msg) {
+			if got := m.GetError(); got == nil || codes.Code(got.Code) != tc.code || !strings.Contains(got.Message, tc.msg) {
 				t.Fatalf("answer %v, want %s containing %q", m, tc.code, tc.msg)
 			}
 			if got := e.storedNode(t, n.id); got.CertSerial != next.serial() {

@@ -599,7 +599,9 @@ func BenchmarkRecordRenewal(b *testing.B) {
 					c := certs[0]
 					c.Serial = fmt.Sprintf("e%015x", i)
 					c.NodeID = fmt.Sprintf("node-%08d", i%renewalBenchNodes)
-					c.IssuedAt = c.IssuedAt.Add(-time.Millisecond)
+					// 1 ms apart up to the first renewal of the
+					// benchmark, as if made before it.
+					c.IssuedAt = certs[0].IssuedAt.Add(-time.Duration(renewalBenchNodes*renewalsInWindow-i) * time.Millisecond)
 					if err := db.RecordRenewal(context.Background(), c, nil); err != nil {
 						errs <- err
 						return
