@@ -64,6 +64,18 @@ func (e *env) renewed(t *testing.T, n *node, r *renewal, signed *joinv1.SignedJo
 	return &node{id: n.id, gen: o.Result.IdentityGeneration, key: r.key, chain: o.Result.Chain, leaf: o}
 }
 
+// renewOnSession renews n over the session stream as request id and
+// returns n as it is after it.
+func (e *env) renewOnSession(t *testing.T, stream gatewayv1.Gateway_SessionClient, n *node, id uint64) *node {
+	t.Helper()
+	r := e.renewal(t, n)
+	m := call(t, stream, &gatewayv1.SessionRequest{Id: id, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
+	if m.GetRenew() == nil {
+		t.Fatalf("answer %v to request %d, want a renewal", m, id)
+	}
+	return e.renewed(t, n, r, m.GetRenew().Signed)
+}
+
 func TestRenewIssuesTheNextCertificate(t *testing.T) {
 	e := newEnv(t)
 	n := e.newNode(t, "web")
@@ -335,15 +347,10 @@ func TestRenewalProofOnlyForACertificateTheConnectionDidNotProve(t *testing.T) {
 		n := e.newNode(t, "web")
 		_, gw := e.nodeClients(t, n)
 		stream, _ := openSession(t, gw, "proc-a")
+		n = e.renewOnSession(t, stream, n, 2)
 		r := e.renewal(t, n)
-		m := call(t, stream, &gatewayv1.SessionRequest{Id: 2, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
-		if m.GetRenew() == nil {
-			t.Fatalf("answer %v, want a renewal", m)
-		}
-		n = e.renewed(t, n, r, m.GetRenew().Signed)
-		r = e.renewal(t, n)
 		r.req.Proof, _ = pki.SignRenewProof(r.key, r.csrHash, r.req.ClientTimeUnixNano)
-		m = call(t, stream, &gatewayv1.SessionRequest{Id: 3, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
+		m := call(t, stream, &gatewayv1.SessionRequest{Id: 3, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
 		if m.GetRenew() == nil {
 			t.Fatalf("answer %v, want a renewal", m)
 		}
@@ -420,15 +427,10 @@ func TestRenewalOfACertificateIssuedOnTheSessionIsChecked(t *testing.T) {
 			n := e.newNode(t, "web")
 			_, gw := e.nodeClients(t, n)
 			stream, _ := openSession(t, gw, "proc-a")
-			r := e.renewal(t, n)
-			m := call(t, stream, &gatewayv1.SessionRequest{Id: 2, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
-			if m.GetRenew() == nil {
-				t.Fatalf("answer %v, want a renewal", m)
-			}
-			next := e.renewed(t, n, r, m.GetRenew().Signed)
-			r = e.renewal(t, next)
+			next := e.renewOnSession(t, stream, n, 2)
+			r := e.renewal(t, next)
 			tc.edit(t, e, next, r)
-			m = call(t, stream, &gatewayv1.SessionRequest{Id: 3, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
+			m := call(t, stream, &gatewayv1.SessionRequest{Id: 3, Body: &gatewayv1.SessionRequest_Renew{Renew: r.req}})
 			if got := m.GetError(); got == nil || codes.Code(got.Code) != tc.code || !strings.Contains(got.Message, tc.msg) {
 				t.Fatalf("answer %v, want %s containing %q", m, tc.code, tc.msg)
 			}
