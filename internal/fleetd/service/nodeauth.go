@@ -21,8 +21,8 @@ import (
 // authedNode is a node authenticated by its certificate on this call.
 type authedNode struct {
 	// leaf is the certificate the node authenticated with; nil in the
-	// owner known makes for a certificate issued on the connection,
-	// which is never parsed.
+	// owner that known returns for a certificate issued on the
+	// connection, which is never parsed.
 	leaf *x509.Certificate
 	info pki.NodeCertInfo
 	node store.Node
