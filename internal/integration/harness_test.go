@@ -204,7 +204,9 @@ func (cp *controlPlane) serve(t *testing.T) {
 	cp.cmd = cmd
 	t.Cleanup(func() { cp.stop(t) })
 	ready := make(chan string, 1)
+	collected := make(chan struct{})
 	go func() {
+		defer close(collected)
 		sc := bufio.NewScanner(pr)
 		sent := false
 		for sc.Scan() {
@@ -218,7 +220,8 @@ func (cp *controlPlane) serve(t *testing.T) {
 		close(ready)
 	}()
 	cp.exited = make(chan struct{})
-	go func() { cp.waitErr = cmd.Wait(); pw.Close(); close(cp.exited) }()
+	// exited closes once fleetd has exited and its last line is in cp.log.
+	go func() { cp.waitErr = cmd.Wait(); pw.Close(); <-collected; close(cp.exited) }()
 	select {
 	case addr, ok := <-ready:
 		if !ok {

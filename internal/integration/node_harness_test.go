@@ -113,7 +113,9 @@ func newAgentProc(cmd *exec.Cmd) *agentProc {
 // collect reads the started process's output and stops it when the test
 // ends.
 func (a *agentProc) collect(t *testing.T, pr *io.PipeReader, pw *io.PipeWriter) {
+	collected := make(chan struct{})
 	go func() {
+		defer close(collected)
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			a.log.Write([]byte(sc.Text() + "\n"))
@@ -124,7 +126,9 @@ func (a *agentProc) collect(t *testing.T, pr *io.PipeReader, pw *io.PipeWriter) 
 		}
 		close(a.lines)
 	}()
-	go func() { a.err = a.cmd.Wait(); pw.Close(); close(a.exited) }()
+	// exited closes once the process has exited and its last line is in
+	// a.log: a test that reads the log after wait sees all of it.
+	go func() { a.err = a.cmd.Wait(); pw.Close(); <-collected; close(a.exited) }()
 	t.Cleanup(func() {
 		_ = a.cmd.Process.Signal(syscall.SIGTERM)
 		select {
