@@ -38,17 +38,17 @@ func OfProcess(pid int) (time.Duration, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read the CPU time of process %d: %w", pid, err)
 	}
-	d, err := ParseStat(b)
+	d, err := parseStat(b)
 	if err != nil {
 		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
 	}
 	return d, nil
 }
 
-// ParseStat returns utime+stime from the content of /proc/<pid>/stat.
+// parseStat returns utime+stime from the content of /proc/<pid>/stat.
 // The command name (field 2) may hold spaces and parentheses, so fields
 // are counted from the last ')'.
-func ParseStat(b []byte) (time.Duration, error) {
+func parseStat(b []byte) (time.Duration, error) {
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return 0, errors.New("no command name")

@@ -23,14 +23,14 @@ func TestProcessCountsWork(t *testing.T) {
 func TestParseStat(t *testing.T) {
 	// A command name with a space and a parenthesis; utime 250, stime 50.
 	stat := "1234 (fleetd (x) y) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 100 0 0\n"
-	got, err := ParseStat([]byte(stat))
+	got, err := parseStat([]byte(stat))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if want := 3 * time.Second; got != want {
 		t.Errorf("CPU %s, want %s", got, want)
 	}
-	if _, err := ParseStat([]byte("1234 (x) S 1")); err == nil {
+	if _, err := parseStat([]byte("1234 (x) S 1")); err == nil {
 		t.Error("a short stat line parsed")
 	}
 }

@@ -26,14 +26,11 @@ type procUsage struct {
 // sampleProc reads /proc/<pid>/stat and /proc/<pid>/status.
 func sampleProc(pid int) (procUsage, error) {
 	var u procUsage
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
+	var err error
+	if u.CPU, err = cputime.OfProcess(pid); err != nil {
 		return u, fmt.Errorf("read the server's CPU time: %w", err)
 	}
-	if u.CPU, err = cputime.ParseStat(b); err != nil {
-		return u, fmt.Errorf("/proc/%d/stat: %w", pid, err)
-	}
-	b, err = os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return u, fmt.Errorf("read the server's memory: %w", err)
 	}
